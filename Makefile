@@ -1,0 +1,43 @@
+# Two commands: `make demo` and `make test`. Both create or reuse .venv, install the pinned
+# stack and build visionmoe._C in place (ninja, incremental), then run.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+DEPS_STAMP := $(VENV)/.deps-stamp
+INSTALL_STAMP := $(VENV)/.install-stamp
+export MAX_JOBS ?= 2
+export HF_HUB_OFFLINE := 1
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: all build demo test bench clean
+
+all: build
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(DEPS_STAMP): requirements.txt | $(PY)
+	$(PIP) install -q -r requirements.txt
+	touch $@
+
+$(INSTALL_STAMP): $(DEPS_STAMP) setup.py pyproject.toml
+	VISIONMOE_SKIP_EXT=1 $(PIP) install -q --no-build-isolation --no-deps -e .
+	touch $@
+
+# build_ext re-runs ninja every time: only changed kernels recompile.
+build: $(INSTALL_STAMP)
+	$(PY) setup.py -q build_ext --inplace
+	$(PY) -c "import visionmoe.ops as o; print('visionmoe._C:', o.build_info())"
+
+demo: build
+	$(PY) scripts/demo.py
+
+test: build
+	$(PY) -m pytest -q -p no:cacheprovider tests
+
+bench: build
+	$(PY) scripts/bench_routing.py
+
+clean:
+	rm -rf build visionmoe/*.so *.egg-info

@@ -1,0 +1,59 @@
+// The single pybind11 module visionmoe._C. Kernels of each device live in a submodule
+// (_C.cpu, _C.cuda); visionmoe/ops/_backend.py is the one place that picks between them.
+#include <torch/extension.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "routing/routing.h"
+
+#ifndef VISIONMOE_CUDA_ARCHS
+#define VISIONMOE_CUDA_ARCHS ""
+#endif
+
+namespace {
+
+py::dict build_info() {
+  py::dict info;
+  info["cpu"] = true;
+#ifdef WITH_CUDA
+  info["cuda"] = true;
+  info["cuda_archs"] = std::string(VISIONMOE_CUDA_ARCHS);
+#else
+  info["cuda"] = false;
+  info["cuda_archs"] = std::string();
+#endif
+#ifdef _OPENMP
+  info["openmp"] = true;
+  info["openmp_threads"] = omp_get_max_threads();
+#else
+  info["openmp"] = false;
+  info["openmp_threads"] = 1;
+#endif
+  info["torch_abi_version"] = std::string(TORCH_VERSION);
+  return info;
+}
+
+#define VM_BIND_ROUTING(m, ns)                                   \
+  m.def("topk_route_fwd", &ns::topk_route_fwd);                  \
+  m.def("topk_route_bwd", &ns::topk_route_bwd);                  \
+  m.def("routing_plan", &ns::routing_plan);                      \
+  m.def("dispatch_fwd", &ns::dispatch_fwd);                      \
+  m.def("combine_fwd", &ns::combine_fwd);                        \
+  m.def("combine_bwd", &ns::combine_bwd);                        \
+  m.def("nearest_center_fwd", &ns::nearest_center_fwd);         \
+  m.def("segment_moments_fwd", &ns::segment_moments_fwd);       \
+  m.def("segment_moments_bwd", &ns::segment_moments_bwd);
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "visionmoe compiled ops (routing, rasterisation)";
+  m.def("build_info", &build_info, "What this extension was compiled with.");
+  auto cpu = m.def_submodule("cpu", "OpenMP CPU kernels");
+  VM_BIND_ROUTING(cpu, visionmoe::cpu)
+#ifdef WITH_CUDA
+  auto cuda = m.def_submodule("cuda", "CUDA kernels");
+  VM_BIND_ROUTING(cuda, visionmoe::cuda)
+#endif
+}

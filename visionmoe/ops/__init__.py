@@ -1,0 +1,33 @@
+"""Shared compiled ops: routing (this module) and Gaussian rasterisation.
+
+Each op is a public function validating its arguments, a private autograd Function, a C++
+(OpenMP) and a CUDA kernel in ``visionmoe._C``, and a pure-PyTorch reference of the same
+signature in ``visionmoe.ops._torch_ref`` used by the tests.
+"""
+
+from ._backend import ExtensionNotBuiltError, build_info
+from .routing import (
+    RouterOutput,
+    RoutingPlan,
+    combine,
+    dispatch,
+    moe_apply,
+    nearest_center,
+    routing_plan,
+    segment_moments,
+    topk_route,
+)
+
+__all__ = [
+    "ExtensionNotBuiltError",
+    "RouterOutput",
+    "RoutingPlan",
+    "build_info",
+    "combine",
+    "dispatch",
+    "moe_apply",
+    "nearest_center",
+    "routing_plan",
+    "segment_moments",
+    "topk_route",
+]
