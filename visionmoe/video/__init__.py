@@ -1,0 +1,1 @@
+"""PILA: physics mixture-of-experts latent adapter for Wan pipelines (visionmoe.video)."""
