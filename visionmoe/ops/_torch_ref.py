@@ -29,9 +29,10 @@ def topk_route(logits, k, prior_mask=None, *, normalize=True) -> RouterOutput:
         zero = logits.sum() * 0
         return RouterOutput(weights, idx, zero, zero, probs)
     one_hot = torch.nn.functional.one_hot(idx.clamp(min=0), E) * valid.unsqueeze(-1)
-    fraction = one_hot.sum(dim=(0, 1)).float() / valid.sum().clamp(min=1)
-    aux = E * (fraction * probs.float().mean(dim=0)).sum()
-    z = lse.float().pow(2).mean()
+    acc = torch.promote_types(logits.dtype, torch.float32)
+    fraction = one_hot.sum(dim=(0, 1)).to(acc) / valid.sum().clamp(min=1)
+    aux = E * (fraction * probs.to(acc).mean(dim=0)).sum()
+    z = lse.to(acc).pow(2).mean()
     return RouterOutput(weights, idx, aux.to(logits.dtype), z.to(logits.dtype), probs)
 
 

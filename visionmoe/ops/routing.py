@@ -99,9 +99,10 @@ def router_losses(probs: torch.Tensor, indices: torch.Tensor, lse: torch.Tensor)
         zero = probs.sum() * 0
         return zero, zero
     chosen = indices[indices >= 0]
-    fraction = torch.bincount(chosen, minlength=E).to(torch.float32) / max(chosen.numel(), 1)
-    aux = E * (fraction * probs.float().mean(dim=0)).sum()
-    z = lse.float().pow(2).mean()
+    acc = torch.promote_types(probs.dtype, torch.float32)  # half types accumulate in float32
+    fraction = torch.bincount(chosen, minlength=E).to(acc) / max(chosen.numel(), 1)
+    aux = E * (fraction * probs.to(acc).mean(dim=0)).sum()
+    z = lse.to(acc).pow(2).mean()
     return aux.to(probs.dtype), z.to(probs.dtype)
 
 
