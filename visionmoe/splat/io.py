@@ -92,11 +92,107 @@ class GaussianScene:
 _REQUIRED = ["x", "y", "z", "f_dc_0", "f_dc_1", "f_dc_2", "opacity",
              "scale_0", "scale_1", "scale_2", "rot_0", "rot_1", "rot_2", "rot_3"]
 
+_PLY_SIZES = {
+    "char": 1, "int8": 1, "uchar": 1, "uint8": 1, "short": 2, "int16": 2, "ushort": 2, "uint16": 2,
+    "int": 4, "int32": 4, "uint": 4, "uint32": 4, "float": 4, "float32": 4, "double": 8, "float64": 8,
+}
+_PLY_FLOATS = {"float", "float32", "double", "float64"}
+_MAX_HEADER = 1 << 20  # bytes; real 3DGS headers are ~2 KB
+MAX_GAUSSIANS = 1 << 28  # 268M: far above any real scene, low enough to refuse absurd headers
+
+
+@dataclass
+class _PlyHeader:
+    fmt: str  # "ascii" | "binary_little_endian" | "binary_big_endian"
+    elements: list  # [(name, count, [(prop_name, type or None for list)])]
+    body_offset: int
+
+
+def _scan_header(path: Path, raw: bytes) -> _PlyHeader:
+    """Parse and sanity-check a .ply header before plyfile allocates anything."""
+    if not raw.startswith(b"ply"):
+        raise SceneError(f"{path}: not a .ply file (first bytes {raw[:8]!r}, expected 'ply')")
+    end = raw.find(b"end_header")
+    if end < 0:
+        what = "the file ends" if len(raw) < _MAX_HEADER else f"the first {_MAX_HEADER} bytes end"
+        raise SceneError(f"{path}: truncated or corrupt .ply header ({what} before 'end_header')")
+    nl = raw.find(b"\n", end)
+    if nl < 0:
+        raise SceneError(f"{path}: truncated .ply (nothing after 'end_header')")
+    try:
+        lines = raw[:end].decode("ascii").splitlines()
+    except UnicodeDecodeError:
+        raise SceneError(f"{path}: .ply header is not ASCII text") from None
+    fmt, elements = None, []
+    for lineno, line in enumerate(lines[1:], start=2):
+        tok = line.split()
+        if not tok or tok[0] in ("comment", "obj_info"):
+            continue
+        if tok[0] == "format":
+            if len(tok) < 2 or tok[1] not in ("ascii", "binary_little_endian", "binary_big_endian"):
+                raise SceneError(f"{path}: header line {lineno}: unknown format {line.strip()!r}")
+            fmt = tok[1]
+        elif tok[0] == "element":
+            if len(tok) != 3 or not tok[2].isdigit():
+                raise SceneError(f"{path}: header line {lineno}: expected 'element <name> <count>', got {line.strip()!r}")
+            elements.append((tok[1], int(tok[2]), []))
+        elif tok[0] == "property":
+            if not elements:
+                raise SceneError(f"{path}: header line {lineno}: property before any element")
+            if len(tok) == 3 and tok[1] in _PLY_SIZES:
+                elements[-1][2].append((tok[2], tok[1]))
+            elif len(tok) == 5 and tok[1] == "list":
+                elements[-1][2].append((tok[4], None))
+            else:
+                raise SceneError(f"{path}: header line {lineno}: unknown property declaration {line.strip()!r}")
+        else:
+            raise SceneError(f"{path}: header line {lineno}: unexpected {line.strip()!r}")
+    if fmt is None:
+        raise SceneError(f"{path}: .ply header has no 'format' line")
+    return _PlyHeader(fmt, elements, nl + 1)
+
+
+def _check_header(path: Path, header: _PlyHeader, file_size: int) -> int:
+    """Validate the vertex element against the INRIA layout and the file size; return N."""
+    vertex = next((e for e in header.elements if e[0] == "vertex"), None)
+    if vertex is None:
+        raise SceneError(f"{path}: no 'vertex' element; a 3DGS .ply stores Gaussians as vertices")
+    _, n, props = vertex
+    types = dict(props)
+    missing = [name for name in _REQUIRED if name not in types]
+    if missing:
+        raise SceneError(f"{path}: missing vertex properties {missing}; expected an INRIA-layout 3DGS .ply")
+    for name, typ in props:
+        if (name in _REQUIRED or name.startswith("f_rest_")) and typ not in _PLY_FLOATS:
+            raise SceneError(
+                f"{path}: vertex property {name} has type {'list' if typ is None else typ}, expected float or double"
+            )
+    if n == 0:
+        raise SceneError(f"{path}: the scene holds zero Gaussians")
+    if n > MAX_GAUSSIANS:
+        raise SceneError(f"{path}: header claims {n} Gaussians, more than the {MAX_GAUSSIANS} this reader accepts")
+    if header.fmt != "ascii":
+        offset = header.body_offset
+        for name, count, eprops in header.elements:
+            if any(t is None for _, t in eprops):
+                break  # list properties: sizes unknown until read; plyfile checks the rest
+            need = count * sum(_PLY_SIZES[t] for _, t in eprops)
+            if name == "vertex" and offset + need > file_size:
+                raise SceneError(
+                    f"{path}: truncated .ply: the header declares {n} Gaussians ({need} bytes of vertex data) "
+                    f"but only {max(file_size - offset, 0)} bytes follow the header"
+                )
+            offset += need
+    return n
+
 
 def read_ply(path: str | os.PathLike, *, nonfinite: str = "reject") -> GaussianScene:
     """Read an INRIA-layout 3DGS .ply (ascii or binary, either endianness, SH degree 0-3).
 
-    Extra properties are ignored. ``nonfinite``: "reject" raises SceneError on NaN/Inf
+    Extra properties and elements are ignored; the attribute properties must be float or
+    double. Every problem raises :class:`SceneError` naming the file and what was expected:
+    a header that is not a .ply, missing or mistyped properties, zero Gaussians, a body
+    shorter than the header declares. ``nonfinite``: "reject" raises SceneError on NaN/Inf
     values; "drop" removes those Gaussians and logs how many.
     """
     if nonfinite not in ("reject", "drop"):
@@ -104,40 +200,45 @@ def read_ply(path: str | os.PathLike, *, nonfinite: str = "reject") -> GaussianS
     path = Path(path)
     if not path.is_file():
         raise SceneError(f"{path}: no such file")
+    file_size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(_MAX_HEADER)
+    header = _scan_header(path, head)
+    _check_header(path, header, file_size)
     try:
-        ply = PlyData.read(str(path))
-    except Exception as exc:  # plyfile raises several types for malformed files
-        raise SceneError(f"{path}: not a readable .ply file ({type(exc).__name__}: {exc})") from None
-    if "vertex" not in ply:
-        raise SceneError(f"{path}: no 'vertex' element; a 3DGS .ply stores Gaussians as vertices")
+        ply = PlyData.read(str(path), mmap=False)  # a memory map turns a file truncated meanwhile into SIGBUS
+    except Exception as exc:  # plyfile raises several types for malformed bodies
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise SceneError(f"{path}: malformed or truncated .ply body ({type(exc).__name__}: {msg})") from None
     vertex = ply["vertex"]
     names = {p.name for p in vertex.properties}
-    missing = [n for n in _REQUIRED if n not in names]
-    if missing:
-        raise SceneError(f"{path}: missing vertex properties {missing}; expected an INRIA-layout 3DGS .ply")
-    rest_names = sorted((n for n in names if n.startswith("f_rest_")), key=lambda s: int(s.split("_")[-1]))
-    if len(rest_names) not in (0, 9, 24, 45):
-        raise SceneError(f"{path}: {len(rest_names)} f_rest_* properties; expected 0, 9, 24 or 45 (SH degree 0-3)")
+    rest_names = sorted((nm for nm in names if nm.startswith("f_rest_")), key=lambda s: int(s.split("_")[-1]))
+    if len(rest_names) not in (0, 9, 24, 45) or rest_names != [f"f_rest_{i}" for i in range(len(rest_names))]:
+        raise SceneError(
+            f"{path}: {len(rest_names)} f_rest_* properties; expected f_rest_0..f_rest_K-1 with "
+            "K in 0, 9, 24, 45 (SH degree 0-3)"
+        )
     n = len(vertex.data)
     if n == 0:
         raise SceneError(f"{path}: the scene holds zero Gaussians")
 
     def column(name: str) -> np.ndarray:
         col = vertex.data[name]
-        if col.dtype.kind not in "fiu":
-            raise SceneError(f"{path}: property {name} has type {col.dtype}, expected a number")
+        if col.dtype.kind != "f":
+            raise SceneError(f"{path}: property {name} has type {col.dtype}, expected float or double")
         return np.asarray(col, dtype=np.float32)
 
     def stack(cols) -> np.ndarray:
         return np.stack([column(c) for c in cols], axis=1) if cols else np.zeros((n, 0), np.float32)
 
-    means = stack(["x", "y", "z"])
-    dc = stack(["f_dc_0", "f_dc_1", "f_dc_2"])
-    k = len(rest_names) // 3
-    rest = stack(rest_names).reshape(n, 3, k).transpose(0, 2, 1)  # file is channel-major
-    opacity = column("opacity")
-    scales = stack(["scale_0", "scale_1", "scale_2"])
-    quats = stack(["rot_0", "rot_1", "rot_2", "rot_3"])
+    with np.errstate(over="ignore", invalid="ignore"):  # doubles beyond float32 range become inf: reported below
+        means = stack(["x", "y", "z"])
+        dc = stack(["f_dc_0", "f_dc_1", "f_dc_2"])
+        k = len(rest_names) // 3
+        rest = stack(rest_names).reshape(n, 3, k).transpose(0, 2, 1)  # file is channel-major
+        opacity = column("opacity")
+        scales = stack(["scale_0", "scale_1", "scale_2"])
+        quats = stack(["rot_0", "rot_1", "rot_2", "rot_3"])
 
     finite = (
         np.isfinite(means).all(1) & np.isfinite(dc).all(1) & np.isfinite(rest).all((1, 2))
@@ -147,9 +248,9 @@ def read_ply(path: str | os.PathLike, *, nonfinite: str = "reject") -> GaussianS
     if bad:
         if nonfinite == "reject":
             raise SceneError(f"{path}: {bad} of {n} Gaussians have NaN/Inf values (use nonfinite='drop' to skip them)")
-        logger.warning("%s: dropped %d of %d Gaussians with NaN/Inf values", path, bad, n)
         if bad == n:
-            raise SceneError(f"{path}: every Gaussian has NaN/Inf values")
+            raise SceneError(f"{path}: every Gaussian ({n}) has NaN/Inf values")
+        logger.warning("%s: dropped %d of %d Gaussians with NaN/Inf values", path, bad, n)
         means, dc, rest, opacity, scales, quats = (a[finite] for a in (means, dc, rest, opacity, scales, quats))
 
     t = torch.from_numpy
@@ -160,8 +261,13 @@ def read_ply(path: str | os.PathLike, *, nonfinite: str = "reject") -> GaussianS
     )
 
 
-def write_ply(scene: GaussianScene, path: str | os.PathLike, *, ascii: bool = False) -> Path:
-    """Write an INRIA-layout float32 .ply atomically (temp file in the same folder + rename)."""
+def write_ply(scene: GaussianScene, path: str | os.PathLike, *, ascii: bool = False, byte_order: str = "<") -> Path:
+    """Write an INRIA-layout float32 .ply atomically (temp file in the same folder + rename).
+
+    ``byte_order``: "<" (little-endian, the INRIA default) or ">" for binary files.
+    """
+    if byte_order not in ("<", ">"):
+        raise ValueError(f"byte_order must be '<' or '>', got {byte_order!r}")
     path = Path(path)
     s = scene.to("cpu")
     n, k = s.num_gaussians, s.sh_rest.shape[1]
@@ -181,7 +287,7 @@ def write_ply(scene: GaussianScene, path: str | os.PathLike, *, ascii: bool = Fa
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
-            PlyData([PlyElement.describe(data, "vertex")], text=ascii).write(f)
+            PlyData([PlyElement.describe(data, "vertex")], text=ascii, byte_order=byte_order).write(f)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
