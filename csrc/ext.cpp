@@ -5,6 +5,7 @@
 #include <omp.h>
 #endif
 
+#include "raster/raster.h"
 #include "routing/routing.h"
 
 #ifndef VISIONMOE_CUDA_ARCHS
@@ -45,6 +46,14 @@ py::dict build_info() {
   m.def("segment_moments_fwd", &ns::segment_moments_fwd);       \
   m.def("segment_moments_bwd", &ns::segment_moments_bwd);
 
+#define VM_BIND_RASTER(m, ns)                                    \
+  m.def("project_fwd", &ns::project_fwd);                        \
+  m.def("project_bwd", &ns::project_bwd);                        \
+  m.def("sh_fwd", &ns::sh_fwd);                                  \
+  m.def("sh_bwd", &ns::sh_bwd);                                  \
+  m.def("rasterize_fwd", &ns::rasterize_fwd);                    \
+  m.def("rasterize_bwd", &ns::rasterize_bwd);
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -52,6 +61,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("build_info", &build_info, "What this extension was compiled with.");
   auto cpu = m.def_submodule("cpu", "OpenMP CPU kernels");
   VM_BIND_ROUTING(cpu, visionmoe::cpu)
+  VM_BIND_RASTER(cpu, visionmoe::cpu)
 #ifdef WITH_CUDA
   auto cuda = m.def_submodule("cuda", "CUDA kernels");
   VM_BIND_ROUTING(cuda, visionmoe::cuda)

@@ -6,6 +6,7 @@ signature in ``visionmoe.ops._torch_ref`` used by the tests.
 """
 
 from ._backend import ExtensionNotBuiltError, build_info
+from .raster import RasterOutput, rasterize
 from .routing import (
     RouterOutput,
     RoutingPlan,
@@ -20,6 +21,7 @@ from .routing import (
 
 __all__ = [
     "ExtensionNotBuiltError",
+    "RasterOutput",
     "RouterOutput",
     "RoutingPlan",
     "build_info",
@@ -27,6 +29,7 @@ __all__ = [
     "dispatch",
     "moe_apply",
     "nearest_center",
+    "rasterize",
     "routing_plan",
     "segment_moments",
     "topk_route",
