@@ -1,0 +1,191 @@
+"""``PILAAdapter``: physics-informed latent alignment as a diffusers model.
+
+One call maps a denoising state of a frozen flow-matching video model to a velocity
+correction ``dv`` (``v' = v + scale * dv``). It reads only the 16-channel VAE latents
+``x_t``, the model's velocity ``v``, the noise level ``sigma`` and, optionally, the text
+embeddings that the transformer receives; it never touches transformer hidden states,
+which is what lets one adapter serve Wan 2.1-1.3B and Wan 2.2-A14B (same VAE and text
+encoder, different transformers).
+
+Stages (module in brackets):
+1. anchored field estimation: x0 estimate, latent flow anchor, attribute bank [fields]
+2. label-prior masked top-k routing to category operator experts [experts, visionmoe.ops]
+3. operational residuals on the refined proxies [residuals]
+4. fusion of the refined slots into the bank and a zero-initialised decoder to dv.
+
+An untrained adapter returns ``dv == 0`` exactly. ``forward`` returns a :class:`PILAOutput`
+with everything training needs (bank, refined proxies, per-expert refinements, router
+losses, residuals per sample, routing mass per category).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from diffusers.configuration_utils import ConfigMixin, register_to_config
+from diffusers.models.modeling_utils import ModelMixin
+from torch import nn
+
+from . import residuals as R
+from .experts import ExpertsOutput, PhysicsExperts
+from .fields import AttributeBank, FieldEstimator, from_grid, to_grid, unpatchify
+from .labels import TextCategoryClassifier
+from .taxonomy import CATEGORIES, CATEGORY_NAMES, NUM_CATEGORIES, SLOTS
+
+
+@dataclass
+class PILAOutput:
+    dv: torch.Tensor  # [B, C, F, H, W] velocity correction
+    bank: AttributeBank | None = None
+    refined_proxies: dict[str, torch.Tensor] = field(default_factory=dict)
+    experts: ExpertsOutput | None = None
+    aux_loss: torch.Tensor | None = None  # router load balance (1.0 when balanced)
+    z_loss: torch.Tensor | None = None  # router z-loss
+    residuals: dict[str, torch.Tensor] = field(default_factory=dict)  # name -> [B]
+    category_logits: torch.Tensor | None = None  # [B, num_categories] learned text classifier
+
+    def residual_loss(self) -> torch.Tensor:
+        """Category-weighted residual loss: sum_c mass[b, c] * sum_{r in c.residuals} r[b], mean over b."""
+        if self.experts is None or not self.residuals:
+            return self.dv.new_zeros(())
+        mass = self.experts.category_mass
+        total = self.dv.new_zeros(mass.shape[0])
+        for ci, cat in enumerate(CATEGORIES):
+            for r in cat.residuals:
+                if r in self.residuals:
+                    total = total + mass[:, ci] * self.residuals[r].to(total)
+        return total.mean()
+
+
+class PILAAdapter(ModelMixin, ConfigMixin):
+    """Physics mixture-of-experts adapter on Wan latents (see the module docstring).
+
+    Args:
+        latent_channels: VAE latent channels it reads and writes (Wan 2.1 / 2.2 A14B: 16).
+        patch_size: spatial patch of the latent per token.
+        hidden_dim: token context width.
+        slot_dim: feature width of each attribute-bank slot.
+        expert_hidden: hidden width of each operator expert.
+        experts_per_category: experts per physical category (category-major).
+        top_k: experts per token.
+        text_dim: width of the text embeddings (UMT5-XXL: 4096) for the learned category
+            classifier; ``None`` = no text input.
+        flow_window, flow_reg: Lucas-Kanade window and Tikhonov regulariser of the anchor.
+        kappa: initial heat diffusivity of the heat residual (learned, positive).
+    """
+
+    config_name = "config.json"
+    _supports_gradient_checkpointing = False
+
+    @register_to_config
+    def __init__(
+        self,
+        latent_channels: int = 16,
+        patch_size: int = 2,
+        hidden_dim: int = 256,
+        slot_dim: int = 32,
+        expert_hidden: int = 256,
+        experts_per_category: int = 1,
+        top_k: int = 2,
+        text_dim: int | None = None,
+        flow_window: int = 3,
+        flow_reg: float = 1e-2,
+        kappa: float = 0.1,
+    ):
+        super().__init__()
+        if latent_channels < 1 or patch_size < 1:
+            raise ValueError(f"latent_channels and patch_size must be positive, got {latent_channels}, {patch_size}")
+        self.fields = FieldEstimator(latent_channels, patch_size, hidden_dim, slot_dim, flow_window=flow_window, flow_reg=flow_reg)
+        self.experts = PhysicsExperts(hidden_dim, slot_dim, expert_hidden, experts_per_category, top_k)
+        self.text_classifier = TextCategoryClassifier(text_dim) if text_dim else None
+        self.text_prior_weight = nn.Parameter(torch.zeros(())) if text_dim else None
+        n = len(SLOTS) * slot_dim
+        self.fuse = nn.Sequential(nn.LayerNorm(n + hidden_dim), nn.Linear(n + hidden_dim, hidden_dim), nn.GELU())
+        self.decoder = nn.Linear(hidden_dim, latent_channels * patch_size * patch_size)
+        nn.init.zeros_(self.decoder.weight)
+        nn.init.zeros_(self.decoder.bias)
+        self.log_kappa = nn.Parameter(torch.tensor(float(kappa)).log())
+
+    @property
+    def category_names(self) -> tuple[str, ...]:
+        return CATEGORY_NAMES
+
+    def classify_text(self, encoder_hidden_states: torch.Tensor) -> torch.Tensor | None:
+        """Learned category logits [B, num_categories] from text embeddings (None without a classifier)."""
+        if self.text_classifier is None or encoder_hidden_states is None:
+            return None
+        return self.text_classifier(encoder_hidden_states.to(self.dtype))
+
+    def forward(
+        self,
+        latents: torch.Tensor,
+        velocity: torch.Tensor,
+        sigma: torch.Tensor | float,
+        encoder_hidden_states: torch.Tensor | None = None,
+        category_mask: torch.Tensor | None = None,
+        category_scale: torch.Tensor | None = None,
+        compute_residuals: bool = True,
+    ) -> PILAOutput:
+        """Args:
+        latents: [B, C, F, H, W] noisy latents x_t.
+        velocity: [B, C, F, H, W] the frozen model's (flow-matching) velocity at x_t.
+        sigma: [B] or scalar noise level in [0, 1] (x_t = (1 - sigma) x0 + sigma noise).
+        encoder_hidden_states: optional [B, L, text_dim] text embeddings.
+        category_mask: optional [num_categories] or [B, num_categories] bool prior mask.
+        category_scale: optional [num_categories] or [B, num_categories] per-category scale.
+        compute_residuals: evaluate the residuals on the refined proxies (training).
+        """
+        C = self.config.latent_channels
+        if latents.dim() != 5 or latents.shape[1] != C:
+            raise ValueError(
+                f"PILAAdapter expects latents [B, {C}, F, H, W] (its latent_channels={C}), got shape {tuple(latents.shape)}"
+            )
+        if velocity.shape != latents.shape:
+            raise ValueError(f"velocity shape {tuple(velocity.shape)} must equal latents shape {tuple(latents.shape)}")
+        B, _, Fr, H, W = latents.shape
+        p = self.config.patch_size
+        ph, pw = (-H) % p, (-W) % p
+        x, v = latents.to(self.dtype), velocity.to(self.dtype)
+        if ph or pw:
+            x = F.pad(x, (0, pw, 0, ph, 0, 0), mode="replicate")
+            v = F.pad(v, (0, pw, 0, ph, 0, 0), mode="replicate")
+        sigma = torch.as_tensor(sigma, dtype=self.dtype, device=x.device).reshape(-1).expand(B)
+
+        bank = self.fields(x, v, sigma)
+        logits = self.classify_text(encoder_hidden_states)
+        bias = None if logits is None else self.text_prior_weight * logits
+        ex = self.experts(bank.slots, bank.hidden, bank.grid, category_mask, category_scale, bias)
+        refined = bank.slots + ex.refinement
+        refined_proxies = self.fields.proxy_heads(refined, bank.grid, bank.anchors)
+        fused = self.fuse(torch.cat([refined.flatten(1), bank.hidden], dim=-1))
+        dv = unpatchify(self.decoder(fused), bank.grid, C, p)[..., :H, :W].to(velocity.dtype)
+        res = {}
+        if compute_residuals:
+            proxies = dict(refined_proxies)
+            proxies.update(latent=bank.proxies["latent"], occupancy=bank.proxies["occupancy"], kappa=self.log_kappa.exp())
+            res = R.bank_residuals(proxies)
+        return PILAOutput(dv, bank, refined_proxies, ex, ex.router.aux_loss, ex.router.z_loss, res, logits)
+
+    def check_compatible(self, *, latent_channels: int, text_dim: int | None = None, where: str = "pipeline") -> None:
+        """Raise a ValueError naming the mismatch if this adapter cannot run on the given model."""
+        if latent_channels != self.config.latent_channels:
+            raise ValueError(
+                f"PILA adapter expects {self.config.latent_channels}-channel latents but the {where} uses "
+                f"{latent_channels}-channel latents; load an adapter trained for this VAE "
+                f"(latent_channels={latent_channels})"
+            )
+        if self.config.text_dim and text_dim is not None and text_dim != self.config.text_dim:
+            raise ValueError(
+                f"PILA adapter's text classifier expects {self.config.text_dim}-dim text embeddings but the "
+                f"{where} produces {text_dim}-dim ones"
+            )
+
+
+def proxies_to_tokens(proxies: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """[B, c, F, h, w] proxy fields -> [T, c] token rows (for token-level losses)."""
+    return {k: from_grid(v) for k, v in proxies.items() if torch.is_tensor(v) and v.dim() == 5}
+
+
+__all__ = ["PILAAdapter", "PILAOutput", "proxies_to_tokens", "to_grid", "NUM_CATEGORIES"]

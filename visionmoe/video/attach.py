@@ -1,0 +1,318 @@
+"""Attach a :class:`~visionmoe.video.adapter.PILAAdapter` to a diffusers Wan pipeline without forking it.
+
+``attach_pila(pipe, adapter, ...)`` registers a ``diffusers.hooks.ModelHook`` named
+``"pila"`` on ``pipe.transformer`` and, for Wan 2.2, on ``pipe.transformer_2``, and wraps
+``pipe.encode_prompt`` on the instance to read the prompt text for the category prior.
+``detach_pila(pipe)`` removes both and restores the pipeline exactly.
+
+Guidance algebra
+----------------
+The hook runs after each transformer call. Wan calls the model for the conditional branch
+(cache context ``"cond"``) and then, with classifier-free guidance, for the unconditional
+branch (``"uncond"``) on the same latents, and combines ``v = v_u + g (v_c - v_u)``.
+On the conditional call the adapter computes ``dv = A(x_t, v_c, sigma, text_c; prior)``
+from the conditional velocity and the prompt's category prior; the unconditional call of
+the same step reuses that same ``dv``. Both branches get ``+ s(t) dv``, so
+
+    v' = (v_u + s dv) + g ((v_c + s dv) - (v_u + s dv)) = v_cfg + s(t) dv
+
+for any guidance scale g, and ``v' = v_c + s(t) dv`` without guidance: the correction is
+neither amplified by g nor cancelled, and costs one adapter call per step.
+
+Schedule: ``s(t) = scale * per-step window``, where the window is 1 when the denoising
+progress ``p`` lies in ``[start, end)`` and 0 otherwise; ``p = step_index /
+num_inference_steps`` from the pipeline's cache context (``1 - sigma`` when a pipeline
+provides none). ``per_category_scale`` multiplies each category's expert refinement.
+Wherever ``s(t) == 0`` the transformer's output is returned untouched (the adapter does not
+run), so ``scale=0`` reproduces the base pipeline bit for bit.
+
+The hook composes with ``enable_model_cpu_offload()`` (accelerate hooks, in either order),
+group offloading (diffusers hooks on sub-modules), LoRA adapters (peft layers inside the
+transformer) and VAE tiling (the adapter never sees pixels). The adapter follows the
+device of the transformer's output on its first call.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from diffusers.hooks import HookRegistry, ModelHook
+from diffusers.hooks.hooks import BaseState, StateManager
+
+from .adapter import PILAAdapter
+from .labels import CategoryPrior, resolve_prior
+from .taxonomy import CATEGORY_NAMES, category_index
+
+logger = logging.getLogger(__name__)
+
+HOOK_NAME = "pila"
+_TRANSFORMERS = ("transformer", "transformer_2")
+
+
+@dataclass
+class PILASettings:
+    """Attach-time settings (validated)."""
+
+    scale: float = 1.0
+    start: float = 0.0
+    end: float = 1.0
+    categories: str | Sequence[str] = "auto"
+    per_category_scale: Mapping[str, float] | None = None
+    num_train_timesteps: int = 1000
+    category_scale: torch.Tensor = field(init=False)
+
+    def __post_init__(self):
+        self.scale = float(self.scale)
+        if not 0.0 <= self.start <= self.end <= 1.0:
+            raise ValueError(f"need 0 <= start <= end <= 1 (fractions of the denoising steps), got start={self.start}, end={self.end}")
+        if isinstance(self.categories, str) and self.categories != "auto":
+            self.categories = [c.strip() for c in self.categories.split(",") if c.strip()]
+        if self.categories != "auto":
+            resolve_prior(self.categories)  # validates the names now, not at the first step
+        scale = torch.ones(len(CATEGORY_NAMES))
+        for name, value in (self.per_category_scale or {}).items():
+            scale[category_index(name)] = float(value)
+        self.category_scale = scale
+
+    def window(self, progress: float) -> float:
+        return self.scale if self.start <= progress < self.end or (progress >= 1.0 and self.end >= 1.0) else 0.0
+
+
+class _NoState(BaseState):
+    def reset(self, *args, **kwargs):
+        pass
+
+
+class PILAController:
+    """State shared by the hooks of one pipeline: settings, current prompt prior, dv cache."""
+
+    def __init__(self, adapter: PILAAdapter, settings: PILASettings):
+        self.adapter = adapter
+        self.settings = settings
+        self.prompts: list[str | None] = [None]
+        self.priors: list[CategoryPrior] | None = None
+        self._cache: tuple[Any, ...] | None = None
+        self.calls = 0  # adapter evaluations (for tests and logging)
+
+    def set_prompt(self, prompt):
+        if isinstance(prompt, str) or prompt is None:
+            prompt = [prompt]
+        self.prompts = list(prompt)
+        self.priors = None
+        self._cache = None
+
+    def category_mask(self, batch: int, text: torch.Tensor | None, device) -> torch.Tensor:
+        """[B, num_categories] bool prior for the current call."""
+        if self.priors is None:
+            logits = self.adapter.classify_text(text) if text is not None else None
+            trained = self.adapter.text_classifier is not None and bool(self.adapter.text_classifier.trained)
+            priors = []
+            for i, prompt in enumerate(self.prompts):
+                row = None
+                if logits is not None and logits.shape[0] >= len(self.prompts):
+                    row = logits[i * (logits.shape[0] // len(self.prompts))]
+                priors.append(resolve_prior(self.settings.categories, prompt, learned_logits=row, learned_trained=trained))
+            self.priors = priors
+            logger.info("PILA category prior: %s", [(p.source, p.categories) for p in priors])
+        masks = torch.stack([p.mask for p in self.priors])
+        if batch % masks.shape[0] == 0:
+            masks = masks.repeat_interleave(batch // masks.shape[0], 0)
+        else:  # unexpected batch layout: allow the union for every sample
+            masks = masks.any(0, keepdim=True).expand(batch, -1)
+        return masks.to(device)
+
+
+class PILAHook(ModelHook):
+    """Adds ``s(t) * dv`` to a Wan transformer's velocity output (see the module docstring)."""
+
+    _is_stateful = True  # so diffusers hands us the pipeline's cache context (cond/uncond, step, sigma)
+
+    def __init__(self, controller: PILAController):
+        super().__init__()
+        self.controller = controller
+        self.state_manager = StateManager(_NoState)
+        self._inputs: tuple | None = None
+
+    def reset_state(self, module):
+        self.state_manager.reset()
+        self.controller._cache = None
+        return module
+
+    def pre_forward(self, module, *args, **kwargs):
+        names = ("hidden_states", "timestep", "encoder_hidden_states")
+        vals = [kwargs.get(n, args[i] if len(args) > i else None) for i, n in enumerate(names)]
+        self._inputs = tuple(vals)
+        return args, kwargs
+
+    def _sigma_progress(self, timestep: torch.Tensor, batch: int, device) -> tuple[torch.Tensor, float]:
+        ctx = self.state_manager._context
+        if ctx is not None and ctx.sigma is not None:
+            sigma = torch.full((batch,), float(ctx.sigma), device=device)
+        else:
+            t = torch.as_tensor(timestep, device=device).float()
+            if t.dim() == 2:  # per-token timesteps (expand_timesteps): the sample's noise level is the max
+                t = t.amax(dim=1)
+            sigma = (t.reshape(-1) / self.controller.settings.num_train_timesteps).expand(batch)
+        if ctx is not None and ctx.step_index is not None and ctx.num_inference_steps:
+            progress = ctx.step_index / ctx.num_inference_steps
+        else:
+            progress = 1.0 - float(sigma.max())
+        return sigma, progress
+
+    def post_forward(self, module, output):
+        hidden_states, timestep, text = self._inputs
+        self._inputs = None
+        c = self.controller
+        sample = output[0] if isinstance(output, tuple) else output.sample
+        sigma, progress = self._sigma_progress(timestep, sample.shape[0], sample.device)
+        scale = c.settings.window(progress)
+        if scale == 0.0:
+            return output
+        ctx = self.state_manager._context
+        branch = ctx.name if ctx is not None else "cond"
+        cached = c._cache
+        if (
+            branch != "cond"
+            and cached is not None
+            and cached[2] == progress
+            and cached[3].shape == sample.shape
+            and _same_tensor(cached[0], cached[1], hidden_states)
+        ):
+            dv = cached[3]
+        else:
+            adapter = c.adapter
+            if adapter.device != sample.device:
+                adapter.to(sample.device)
+            with torch.no_grad():
+                mask = c.category_mask(sample.shape[0], text, sample.device)
+                out = adapter(
+                    hidden_states,
+                    sample,
+                    sigma,
+                    encoder_hidden_states=text if adapter.text_classifier is not None else None,
+                    category_mask=mask,
+                    category_scale=c.settings.category_scale.to(sample.device),
+                    compute_residuals=False,
+                )
+            dv = out.dv.to(sample.dtype)
+            c.calls += 1
+            c._cache = (hidden_states, hidden_states._version, progress, dv)
+        corrected = sample + scale * dv
+        if isinstance(output, tuple):
+            return (corrected, *output[1:])
+        output.sample = corrected
+        return output
+
+
+def _same_tensor(ref: torch.Tensor, version: int, t: torch.Tensor) -> bool:
+    """Same latents as the cached call: the same tensor unmodified, or an equal copy (offload hooks copy inputs)."""
+    if t is ref:
+        return t._version == version
+    return t.shape == ref.shape and t.dtype == ref.dtype and t.device == ref.device and torch.equal(t, ref)
+
+
+def _latent_channels(pipe) -> int:
+    for name in _TRANSFORMERS:
+        model = getattr(pipe, name, None)
+        if model is not None:
+            return int(model.config.out_channels)
+    vae = getattr(pipe, "vae", None)
+    if vae is not None and hasattr(vae.config, "z_dim"):
+        return int(vae.config.z_dim)
+    raise ValueError("the pipeline has neither `transformer` nor `transformer_2`; PILA attaches to Wan transformers")
+
+
+def _text_dim(pipe) -> int | None:
+    for name in _TRANSFORMERS:
+        model = getattr(pipe, name, None)
+        if model is not None and hasattr(model.config, "text_dim"):
+            return int(model.config.text_dim)
+    return None
+
+
+def attach_pila(
+    pipe,
+    adapter: PILAAdapter,
+    scale: float = 1.0,
+    start: float = 0.0,
+    end: float = 1.0,
+    categories: str | Sequence[str] = "auto",
+    per_category_scale: Mapping[str, float] | None = None,
+) -> PILAController:
+    """Attach ``adapter`` to a Wan pipeline (2.1: ``transformer``; 2.2: also ``transformer_2``).
+
+    Args:
+        pipe: a diffusers Wan pipeline (``WanPipeline`` and relatives with a Wan transformer).
+        adapter: the PILA adapter; its ``latent_channels`` must equal the transformer's.
+        scale: guidance strength s (``v' = v + s dv``); 0 reproduces the base pipeline exactly.
+        start, end: fractions of the denoising steps in which the correction is applied.
+        categories: ``"auto"`` (learned text classifier when trained, else the prompt lexicon)
+            or a list / comma-separated string of categories (ours or WISA / PhyGenBench names).
+        per_category_scale: e.g. ``{"liquid": 0.5}``; scales that category's expert refinements.
+
+    Returns the :class:`PILAController` (settings can be changed between calls). Attaching
+    twice replaces the previous attachment.
+    """
+    if not isinstance(adapter, PILAAdapter):
+        raise TypeError(f"adapter must be a PILAAdapter, got {type(adapter).__name__}")
+    models = [(n, getattr(pipe, n, None)) for n in _TRANSFORMERS]
+    models = [(n, m) for n, m in models if m is not None]
+    if not models:
+        raise ValueError(f"{type(pipe).__name__} has no `transformer` or `transformer_2` to attach PILA to")
+    adapter.check_compatible(latent_channels=_latent_channels(pipe), text_dim=_text_dim(pipe), where=type(pipe).__name__)
+    if is_attached(pipe):
+        detach_pila(pipe)
+    sched = getattr(pipe, "scheduler", None)
+    ntt = int(getattr(getattr(sched, "config", None), "num_train_timesteps", 1000) or 1000)
+    settings = PILASettings(scale, start, end, categories, per_category_scale, ntt)
+    adapter.eval()
+    controller = PILAController(adapter, settings)
+    for _, model in models:
+        hook = PILAHook(controller)
+        HookRegistry.check_if_exists_or_initialize(model).register_hook(hook, HOOK_NAME)
+        hook._wrapper = model.forward  # the hooked forward (to recognise wrappers added later)
+
+    if hasattr(pipe, "encode_prompt"):
+        original = pipe.encode_prompt
+
+        @functools.wraps(original)
+        def encode_prompt(*args, **kwargs):
+            controller.set_prompt(kwargs["prompt"] if "prompt" in kwargs else (args[0] if args else None))
+            return original(*args, **kwargs)
+
+        pipe.encode_prompt = encode_prompt
+    pipe._pila_controller = controller
+    return controller
+
+
+def is_attached(pipe) -> bool:
+    return getattr(pipe, "_pila_controller", None) is not None
+
+
+def detach_pila(pipe) -> None:
+    """Remove PILA from ``pipe``; afterwards the pipeline is the base pipeline again."""
+    for name in _TRANSFORMERS:
+        model = getattr(pipe, name, None)
+        registry = getattr(model, "_diffusers_hook", None) if model is not None else None
+        if registry is None or registry.get_hook(HOOK_NAME) is None:
+            continue
+        hook = registry.get_hook(HOOK_NAME)
+        wrapper = getattr(hook, "_wrapper", None)
+        if wrapper is not None and getattr(model, "_old_forward", None) is wrapper:
+            # accelerate (model CPU offload) wrapped our hooked forward after attach: unhook
+            # beneath its wrapper and point the wrapper at the restored forward
+            accel_forward = model.forward
+            registry.remove_hook(HOOK_NAME, recurse=False)
+            model._old_forward = model.forward
+            model.forward = accel_forward
+        else:
+            registry.remove_hook(HOOK_NAME, recurse=False)
+    if "encode_prompt" in vars(pipe):
+        del pipe.encode_prompt
+    if hasattr(pipe, "_pila_controller"):
+        del pipe._pila_controller
