@@ -186,6 +186,35 @@ def _check_header(path: Path, header: _PlyHeader, file_size: int) -> int:
     return n
 
 
+_NP_TYPES = {
+    "char": "i1", "int8": "i1", "uchar": "u1", "uint8": "u1", "short": "i2", "int16": "i2", "ushort": "u2",
+    "uint16": "u2", "int": "i4", "int32": "i4", "uint": "u4", "uint32": "u4", "float": "f4", "float32": "f4",
+    "double": "f8", "float64": "f8",
+}
+
+
+def _read_binary_fast(path: Path, header: _PlyHeader):
+    """Vertex records of a binary .ply whose elements before 'vertex' have no list properties,
+    read in one go (plyfile reads row by row without a memory map). None: use plyfile."""
+    if header.fmt == "ascii":
+        return None
+    order = "<" if header.fmt == "binary_little_endian" else ">"
+    offset = header.body_offset
+    for name, count, props in header.elements:
+        if any(t is None for _, t in props):
+            return None
+        dtype = np.dtype([(p, order + _NP_TYPES[t]) for p, t in props])
+        if name == "vertex":
+            with open(path, "rb") as f:
+                f.seek(offset)
+                raw = f.read(count * dtype.itemsize)
+            if len(raw) != count * dtype.itemsize:
+                raise SceneError(f"{path}: truncated .ply: vertex data ends after {len(raw)} of {count * dtype.itemsize} bytes")
+            return np.frombuffer(raw, dtype=dtype, count=count)
+        offset += count * dtype.itemsize
+    return None
+
+
 def read_ply(path: str | os.PathLike, *, nonfinite: str = "reject") -> GaussianScene:
     """Read an INRIA-layout 3DGS .ply (ascii or binary, either endianness, SH degree 0-3).
 
@@ -205,25 +234,27 @@ def read_ply(path: str | os.PathLike, *, nonfinite: str = "reject") -> GaussianS
         head = f.read(_MAX_HEADER)
     header = _scan_header(path, head)
     _check_header(path, header, file_size)
-    try:
-        ply = PlyData.read(str(path), mmap=False)  # a memory map turns a file truncated meanwhile into SIGBUS
-    except Exception as exc:  # plyfile raises several types for malformed bodies
-        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise SceneError(f"{path}: malformed or truncated .ply body ({type(exc).__name__}: {msg})") from None
-    vertex = ply["vertex"]
-    names = {p.name for p in vertex.properties}
+    data = _read_binary_fast(path, header)
+    if data is None:
+        try:
+            ply = PlyData.read(str(path), mmap=False)  # a memory map turns a file truncated meanwhile into SIGBUS
+        except Exception as exc:  # plyfile raises several types for malformed bodies
+            msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise SceneError(f"{path}: malformed or truncated .ply body ({type(exc).__name__}: {msg})") from None
+        data = ply["vertex"].data
+    names = set(data.dtype.names)
     rest_names = sorted((nm for nm in names if nm.startswith("f_rest_")), key=lambda s: int(s.split("_")[-1]))
     if len(rest_names) not in (0, 9, 24, 45) or rest_names != [f"f_rest_{i}" for i in range(len(rest_names))]:
         raise SceneError(
             f"{path}: {len(rest_names)} f_rest_* properties; expected f_rest_0..f_rest_K-1 with "
             "K in 0, 9, 24, 45 (SH degree 0-3)"
         )
-    n = len(vertex.data)
+    n = len(data)
     if n == 0:
         raise SceneError(f"{path}: the scene holds zero Gaussians")
 
     def column(name: str) -> np.ndarray:
-        col = vertex.data[name]
+        col = data[name]
         if col.dtype.kind != "f":
             raise SceneError(f"{path}: property {name} has type {col.dtype}, expected float or double")
         return np.asarray(col, dtype=np.float32)
