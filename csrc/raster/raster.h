@@ -14,7 +14,7 @@ namespace visionmoe {
       const at::Tensor& means,      /* [N, 3] */                                                  \
       const at::Tensor& quats,      /* [N, 4] w,x,y,z, any norm */                                \
       const at::Tensor& log_scales, /* [N, 3] */                                                  \
-      const at::Tensor      const at::Tensor& opacities,  /* [N] in [0, 1] (finiteness check) */                        \ opacities,  /* [N] opacities or logits (finiteness check only) */          \
+      const at::Tensor& opacities,  /* [N] opacities or logits (finiteness check only) */         \
       const at::Tensor& features,   /* [N, F] colours or SH (finiteness check) */                 \
       const at::Tensor& viewmats,   /* [C, 4, 4] */                                               \
       const at::Tensor& Ks,         /* [C, 3, 3] */                                               \
