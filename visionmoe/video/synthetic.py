@@ -640,7 +640,7 @@ def write_video(path: str, frames: np.ndarray, fps: int = 8) -> None:
 
     tmp = path + ".part.mp4"
     with imageio.get_writer(tmp, fps=fps, codec="libx264", macro_block_size=1,
-                            ffmpeg_params=["-crf", "10", "-pix_fmt", "yuv444p"], format="FFMPEG") as wr:
+                            pixelformat="yuv444p", ffmpeg_params=["-crf", "10"], format="FFMPEG") as wr:
         for fr in frames:
             wr.append_data(np.ascontiguousarray(fr))
     os.replace(tmp, path)
