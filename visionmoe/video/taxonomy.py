@@ -171,7 +171,7 @@ def map_external(label: str, source: str = "any") -> tuple[str, ...]:
             return table[key]
     if source not in (*tables, "any"):
         raise ValueError(f"source must be one of {[*tables, 'any']}, got {source!r}")
-    raise ValueError(f"no PILA category for {source} label {label!r}")
+    raise ValueError(f"no PILA category for {source} label {label!r}; our categories: {list(CATEGORY_NAMES)}")
 
 
 def slot_mask(dtype=None):
