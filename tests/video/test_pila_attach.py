@@ -235,3 +235,23 @@ def test_wan_pila_pipeline_from_pretrained(tmp_path):
     assert torch.equal(run(pipe, pila_scale=0.0), run(base_pipe))
     with pytest.raises(FileNotFoundError, match="Wan model not found"):
         WanPILAPipeline.from_pretrained(tmp_path / "missing")
+
+
+def test_vae_tiling_decodes_corrected_latents():
+    pipe = load_tiny_wan("2.1")
+    pipe.vae.enable_tiling(tile_sample_min_height=32, tile_sample_min_width=32, tile_sample_stride_height=16, tile_sample_stride_width=16)
+    kw = dict(prompt=PROMPT, height=48, width=48, num_frames=5, num_inference_steps=2, max_sequence_length=16)
+    base = pipe(**kw, generator=torch.Generator().manual_seed(0), output_type="np").frames
+    c = attach_pila(pipe, adapter(), scale=0.0)
+    assert (pipe(**kw, generator=torch.Generator().manual_seed(0), output_type="np").frames == base).all()
+    c.settings.scale = 1.0
+    latents = pipe(**kw, generator=torch.Generator().manual_seed(0), output_type="latent").frames
+    video = pipe(**kw, generator=torch.Generator().manual_seed(0), output_type="np").frames
+    assert video.shape == base.shape and abs(video - base).max() > 1e-4
+    # the decoded video is the tiled decode of the corrected latents
+    mean = torch.tensor(pipe.vae.config.latents_mean).view(1, -1, 1, 1, 1)
+    std = 1.0 / torch.tensor(pipe.vae.config.latents_std).view(1, -1, 1, 1, 1)
+    with torch.no_grad():
+        decoded = pipe.vae.decode(latents / std + mean, return_dict=False)[0]
+    ref = pipe.video_processor.postprocess_video(decoded, output_type="np")
+    assert abs(ref - video).max() < 1e-5
