@@ -255,3 +255,20 @@ def test_vae_tiling_decodes_corrected_latents():
         decoded = pipe.vae.decode(latents / std + mean, return_dict=False)[0]
     ref = pipe.video_processor.postprocess_video(decoded, output_type="np")
     assert abs(ref - video).max() < 1e-5
+
+
+def test_direct_call_without_cache_context_uses_timestep_sigma():
+    pipe = load_tiny_wan("2.1")
+    a = adapter()
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(1, 16, 3, 4, 4, generator=g)
+    text = torch.randn(1, 16, 32, generator=g)
+    t = torch.tensor([600.0])
+    with torch.no_grad():
+        raw = pipe.transformer(hidden_states=x, timestep=t, encoder_hidden_states=text, return_dict=False)[0]
+        attach_pila(pipe, a, scale=0.5, categories=["gas"])
+        out = pipe.transformer(hidden_states=x, timestep=t, encoder_hidden_states=text).sample  # return_dict=True
+        mask = torch.zeros(1, 6, dtype=torch.bool)
+        mask[0, 3] = True
+        dv = a(x, raw, torch.tensor([0.6]), text, category_mask=mask, compute_residuals=False).dv
+    torch.testing.assert_close(out, raw + 0.5 * dv)
