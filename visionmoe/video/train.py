@@ -1,0 +1,563 @@
+"""Staged training of the PILA adapter on a frozen Wan backbone, on ``accelerate``.
+
+Stages (``TrainConfig.stage``); each run trains one stage, starting from the adapter of the
+previous one (``init_adapter``) or from scratch:
+
+1. **Field estimation** (trains ``adapter.fields``). A cached clean latent ``x0`` is noised
+   to ``x_t = (1 - sigma) x0 + sigma * eps``; the frozen backbone gives ``v``; the field
+   estimator sees ``(x_t, v, sigma)`` only. Kinematic-anchor losses: its velocity,
+   acceleration and density proxies must match the anchors measured on the *clean* latent
+   (latent Lucas-Kanade flow, its time derivative, latent contrast), plus the kinematic
+   residual ``a = dv/dt`` on its proxies.
+2. **Experts and router** (trains ``adapter.experts``, the learned text-embedding category
+   classifier and its router bias, and the heat diffusivity). Category labels supervise the
+   routing mass per category (cross-entropy) and the text classifier (binary cross-entropy);
+   the Switch load-balance loss and the router z-loss keep routing healthy; the
+   category-weighted operational residuals regularise the refined proxies, and an anchor
+   term keeps them near the observable motion. The routing is masked by the labels for a
+   fraction ``label_mask_prob`` of the samples (label-prior masked routing) and left free
+   otherwise, so the router also learns the categories from the latents.
+3. **Joint** (trains the whole adapter). The flow-matching loss through the frozen
+   backbone: ``|| v + scale * dv - (eps - x0) ||^2``, with the backbone's velocity ``v``
+   and the adapter's correction ``dv``, plus the residual regularisers and router losses.
+
+The backbone (transformer(s), VAE, text encoder) is frozen: ``requires_grad_(False)``,
+``eval()``, never passed to the optimiser, run under ``torch.no_grad()``. Data comes from
+the latent cache of :mod:`visionmoe.video.data` (built on the main process on first use).
+
+Batches, noise and sigmas are pure functions of ``(seed, micro-step, process index)``, so
+a run resumed from a checkpoint (``accelerator.save_state``: adapter, optimiser, LR
+schedule, grad scaler) continues exactly where it stopped, and ``accelerate launch
+--num_processes N`` shards each global batch across processes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+import re
+import shutil
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional
+
+import torch
+import torch.nn.functional as F
+
+logger = logging.getLogger(__name__)
+
+STAGES = (1, 2, 3)
+_ADAPTER_KEYS = {"patch_size", "hidden_dim", "slot_dim", "expert_hidden", "experts_per_category", "top_k",
+                 "flow_window", "flow_reg", "kappa"}
+
+
+@dataclass
+class TrainConfig:
+    """Training configuration (also readable from YAML, see :meth:`from_yaml`).
+
+    Data: ``data`` is a JSONL manifest or a folder of captioned videos; it is encoded once
+    into ``cache_dir`` (default ``<output_dir>/cache``). With ``data`` unset, an existing
+    ``cache_dir`` is used as is.
+    Model: ``model`` is ``"tiny"`` / ``"tiny-2.2"`` (the embedded offline tiny Wan 2.1 / 2.2)
+    or a local path / hub id of a diffusers Wan checkpoint.
+    """
+
+    stage: int = 1
+    output_dir: str = "pila-out"
+    data: Optional[str] = None
+    cache_dir: Optional[str] = None
+    model: str = "tiny"
+    init_adapter: Optional[str] = None
+    adapter: Dict[str, Any] = field(default_factory=lambda: {"hidden_dim": 64, "slot_dim": 16, "expert_hidden": 64})
+    # video / text
+    num_frames: int = 17
+    height: int = 64
+    width: int = 64
+    max_sequence_length: int = 64
+    # optimisation
+    max_steps: int = 1000
+    batch_size: int = 4
+    gradient_accumulation_steps: int = 1
+    learning_rate: float = 1e-4
+    weight_decay: float = 0.0
+    warmup_steps: int = 0
+    max_grad_norm: float = 1.0
+    mixed_precision: str = "no"  # "no", "bf16", "fp16" (fp16 needs CUDA)
+    cpu: bool = False  # force CPU (also automatic for several processes on a machine without CUDA)
+    seed: int = 0
+    # noise levels: sigma = shift * u / (1 + (shift - 1) * u), u ~ U(0, 1) or logit-normal
+    sigma_sampling: str = "uniform"  # "uniform" or "logit_normal"
+    sigma_shift: float = 3.0
+    pila_scale: float = 1.0
+    label_mask_prob: float = 0.5
+    # loss weights
+    w_anchor: float = 1.0
+    w_kinematic: float = 0.1
+    w_category: float = 1.0
+    w_classifier: float = 1.0
+    w_balance: float = 0.01
+    w_z: float = 0.001
+    w_residual: float = 0.1
+    w_flow: float = 1.0
+    # bookkeeping
+    checkpoint_every: int = 500
+    checkpoints_total_limit: Optional[int] = 3
+    resume: Optional[str] = "auto"  # "auto" (latest in output_dir), a checkpoint dir, or None
+    log_every: int = 10
+    report_to: str = "none"  # "none", "tensorboard", "wandb", ... (accelerate trackers)
+    num_workers: int = 0
+    cache_batch_size: int = 1
+    shard_size: int = 64
+
+    def __post_init__(self):
+        errs = []
+        if self.stage not in STAGES:
+            errs.append(f"stage must be 1, 2 or 3, got {self.stage!r}")
+        if self.num_frames < 5 or (self.num_frames - 1) % 4:
+            errs.append(f"num_frames must be 4k+1 (Wan), e.g. 17 or 81, got {self.num_frames}")
+        if self.height % 16 or self.width % 16 or self.height <= 0 or self.width <= 0:
+            errs.append(f"height and width must be positive multiples of 16, got {self.height}x{self.width}")
+        for k in ("max_steps", "batch_size", "gradient_accumulation_steps", "checkpoint_every", "log_every",
+                  "max_sequence_length", "cache_batch_size", "shard_size"):
+            if not isinstance(getattr(self, k), int) or getattr(self, k) < 1:
+                errs.append(f"{k} must be an integer >= 1, got {getattr(self, k)!r}")
+        if not self.learning_rate > 0:
+            errs.append(f"learning_rate must be > 0, got {self.learning_rate}")
+        if self.mixed_precision not in ("no", "bf16", "fp16"):
+            errs.append(f"mixed_precision must be 'no', 'bf16' or 'fp16', got {self.mixed_precision!r}")
+        if self.sigma_sampling not in ("uniform", "logit_normal"):
+            errs.append(f"sigma_sampling must be 'uniform' or 'logit_normal', got {self.sigma_sampling!r}")
+        if not self.sigma_shift > 0:
+            errs.append(f"sigma_shift must be > 0, got {self.sigma_shift}")
+        if not 0.0 <= self.label_mask_prob <= 1.0:
+            errs.append(f"label_mask_prob must lie in [0, 1], got {self.label_mask_prob}")
+        for f_ in dataclasses.fields(self):
+            if f_.name.startswith("w_") and getattr(self, f_.name) < 0:
+                errs.append(f"{f_.name} must be >= 0, got {getattr(self, f_.name)}")
+        unknown = set(self.adapter) - _ADAPTER_KEYS
+        if unknown:
+            errs.append(f"unknown adapter option(s) {sorted(unknown)}; allowed: {sorted(_ADAPTER_KEYS)}")
+        if self.data is None and self.cache_dir is None:
+            errs.append("give data (a manifest or a folder of captioned videos) or cache_dir (an existing latent cache)")
+        if errs:
+            raise ValueError("invalid TrainConfig: " + "; ".join(errs))
+        if self.cache_dir is None:
+            self.cache_dir = os.path.join(self.output_dir, "cache")
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> "TrainConfig":
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(d) - names
+        if unknown:
+            raise ValueError(f"unknown config key(s) {sorted(unknown)}; valid keys: {sorted(names)}")
+        return cls(**d)
+
+    @classmethod
+    def from_yaml(cls, path: str, **overrides) -> "TrainConfig":
+        import yaml
+
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"config file not found: {path}")
+        with open(path) as fh:
+            d = yaml.safe_load(fh) or {}
+        if not isinstance(d, dict):
+            raise ValueError(f"{path}: expected a mapping of config keys, got {type(d).__name__}")
+        d.update({k: v for k, v in overrides.items() if v is not None})
+        return cls.from_dict(d)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_yaml(self, path: str) -> None:
+        import yaml
+
+        with open(path, "w") as fh:
+            yaml.safe_dump(self.to_dict(), fh, sort_keys=False)
+
+
+@dataclass
+class TrainResult:
+    steps: int  # optimiser steps done in total (including before a resume)
+    history: List[Dict[str, float]]  # one entry per logged step of this run
+    seconds_per_step: float  # mean wall time per optimiser step of this run
+    adapter_dir: str
+    resumed_from: Optional[str]
+    skipped_videos: int
+
+
+# ---------------------------------------------------------------------------------------
+# model loading
+
+
+def load_backbone(model: str, dtype: torch.dtype = torch.float32):
+    """A Wan pipeline (frozen parts only are used): ``"tiny"``, ``"tiny-2.2"`` or a diffusers checkpoint."""
+    if model in ("tiny", "tiny-2.1", "tiny-2.2"):
+        from .tiny import load_tiny_wan
+
+        pipe = load_tiny_wan("2.2" if model.endswith("2.2") else "2.1")
+    else:
+        from diffusers import WanPipeline
+
+        if os.path.sep in model and not os.path.isdir(model):
+            raise FileNotFoundError(f"Wan model folder not found: {model}")
+        pipe = WanPipeline.from_pretrained(model, torch_dtype=dtype)
+        pipe.vae.to(torch.float32)
+    for name in ("transformer", "transformer_2", "vae", "text_encoder"):
+        m = getattr(pipe, name, None)
+        if m is not None:
+            m.requires_grad_(False)
+            m.eval()
+    return pipe
+
+
+def backbone_velocity(pipe, x_t: torch.Tensor, sigma: torch.Tensor, text: torch.Tensor) -> torch.Tensor:
+    """The frozen model's velocity at ``x_t`` (Wan 2.2: ``transformer`` above the boundary,
+    ``transformer_2`` below), timestep ``1000 * sigma``."""
+    t = sigma * 1000.0
+    models = [(pipe.transformer, torch.ones_like(t, dtype=torch.bool))]
+    t2 = getattr(pipe, "transformer_2", None)
+    if t2 is not None:
+        ratio = getattr(pipe.config, "boundary_ratio", None) or 0.875
+        high = t >= ratio * 1000.0
+        models = [(pipe.transformer, high), (t2, ~high)]
+    out = torch.zeros_like(x_t)
+    with torch.no_grad():
+        for m, sel in models:
+            if not bool(sel.any()):
+                continue
+            dt = next(m.parameters()).dtype
+            v = m(hidden_states=x_t[sel].to(dt), timestep=t[sel].to(dt), encoder_hidden_states=text[sel].to(dt),
+                  return_dict=False)[0]
+            out[sel] = v.to(out.dtype)
+    return out
+
+
+def trainable_parameters(adapter, stage: int):
+    """Set ``requires_grad`` by stage; returns the trainable parameters."""
+    adapter.requires_grad_(False)
+    if stage == 1:
+        mods = [adapter.fields]
+    elif stage == 2:
+        mods = [adapter.experts] + ([adapter.text_classifier] if adapter.text_classifier is not None else [])
+    else:
+        mods = [adapter]
+    for m in mods:
+        m.requires_grad_(True)
+    if stage == 2:
+        if adapter.text_prior_weight is not None:
+            adapter.text_prior_weight.requires_grad_(True)
+        adapter.log_kappa.requires_grad_(True)
+    return [p for p in adapter.parameters() if p.requires_grad]
+
+
+# ---------------------------------------------------------------------------------------
+# deterministic sampling
+
+
+def _mix(*xs: int) -> int:
+    h = 0x9E3779B97F4A7C15
+    for x in xs:
+        h = (h ^ (int(x) + 0x632BE59BD9B4E019 + ((h << 6) & 0xFFFFFFFFFFFFFFFF) + (h >> 2))) & 0xFFFFFFFFFFFFFFFF
+    return h & 0x7FFFFFFFFFFFFFFF
+
+
+def batch_indices(micro_step: int, batch_size: int, n: int, seed: int, rank: int, world: int) -> List[int]:
+    """Dataset indices of one process's micro-batch: epochs are seeded permutations; the global
+    micro-batch of ``batch_size * world`` consecutive positions is split across processes."""
+    out = []
+    for j in range(batch_size):
+        pos = micro_step * batch_size * world + rank * batch_size + j
+        epoch, k = divmod(pos, n)
+        g = torch.Generator().manual_seed(_mix(seed, epoch))
+        out.append(int(torch.randperm(n, generator=g)[k]))
+    return out
+
+
+def sample_sigmas(u: torch.Tensor, cfg: TrainConfig) -> torch.Tensor:
+    if cfg.sigma_sampling == "logit_normal":
+        u = torch.sigmoid(torch.special.ndtri(u.clamp(1e-6, 1 - 1e-6)))
+    s = cfg.sigma_shift
+    return (s * u / (1 + (s - 1) * u)).clamp(1e-3, 1.0)
+
+
+# ---------------------------------------------------------------------------------------
+# losses
+
+
+def _pool_anchor(adapter, x0: torch.Tensor) -> Dict[str, torch.Tensor]:
+    """Anchors of the clean latent on the adapter's token grid (as in FieldEstimator.forward)."""
+    p = adapter.config.patch_size
+    H, W = x0.shape[-2:]
+    ph, pw = (-H) % p, (-W) % p
+    if ph or pw:
+        x0 = F.pad(x0, (0, pw, 0, ph), mode="replicate")
+    with torch.no_grad():
+        anchors = adapter.fields.anchors(x0)
+    pool = lambda f: F.avg_pool3d(f, (1, p, p))  # noqa: E731
+    return {k: pool(v) / (p if k in ("velocity", "acceleration") else 1) for k, v in anchors.items()}
+
+
+def anchor_loss(proxies: Dict[str, torch.Tensor], target: Dict[str, torch.Tensor]) -> torch.Tensor:
+    """Kinematic-anchor loss: proxies' velocity, acceleration, density vs the clean latent's anchors."""
+    return sum(F.mse_loss(proxies[k].float(), target[k].float()) for k in ("velocity", "acceleration", "density"))
+
+
+def category_loss(mass: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy between the labels (normalised multi-hot) and the routing mass per category."""
+    q = labels / labels.sum(-1, keepdim=True).clamp_min(1e-6)
+    m = mass / mass.sum(-1, keepdim=True).clamp_min(1e-6)
+    return -(q * torch.log(m.clamp_min(1e-6))).sum(-1).mean()
+
+
+def stage_losses(adapter_fn, adapter, pipe, batch: Dict, cfg: TrainConfig, gen: torch.Generator,
+                 device: torch.device) -> Dict[str, torch.Tensor]:
+    """All loss terms of one micro-batch for ``cfg.stage``; ``total`` is the weighted sum."""
+    x0 = batch["latents"].to(device, torch.float32)
+    text = batch["text"].to(device)
+    labels = batch["labels"].to(device)
+    B = x0.shape[0]
+    eps = torch.randn(x0.shape, generator=gen).to(device)
+    sigma = sample_sigmas(torch.rand(B, generator=gen), cfg).to(device)
+    use_mask = (torch.rand(B, generator=gen) < cfg.label_mask_prob).to(device)
+    s = sigma.view(B, 1, 1, 1, 1)
+    x_t = (1 - s) * x0 + s * eps
+    v = backbone_velocity(pipe, x_t, sigma, text).float()
+    target = _pool_anchor(adapter, x0)
+    mask = torch.where(use_mask[:, None], labels > 0, torch.ones_like(labels, dtype=torch.bool))
+    mask = mask | ~mask.any(-1, keepdim=True)  # never an empty prior
+    out = adapter_fn(x_t, v, sigma, encoder_hidden_states=text if adapter.text_classifier is not None else None,
+                     category_mask=mask, compute_residuals=cfg.stage > 1)
+    L: Dict[str, torch.Tensor] = {}
+    if cfg.stage == 1:
+        bank = out.bank.proxies
+        L["anchor"] = anchor_loss(bank, target)
+        from . import residuals as R
+
+        if min(bank["velocity"].shape[2:]) >= 3:
+            L["kinematic"] = R.kinematic(bank["velocity"], bank["acceleration"], bank["occupancy"])
+        total = cfg.w_anchor * L["anchor"] + cfg.w_kinematic * L.get("kinematic", 0.0)
+    else:
+        L["balance"] = out.aux_loss
+        L["z"] = out.z_loss
+        L["residual"] = out.residual_loss()
+        total = cfg.w_balance * L["balance"] + cfg.w_z * L["z"] + cfg.w_residual * L["residual"]
+        if cfg.stage == 2:
+            L["category"] = category_loss(out.experts.category_mass, labels)
+            L["anchor"] = anchor_loss(out.refined_proxies, target)
+            total = total + cfg.w_category * L["category"] + cfg.w_anchor * 0.1 * L["anchor"]
+            if out.category_logits is not None:
+                L["classifier"] = F.binary_cross_entropy_with_logits(out.category_logits.float(), labels)
+                total = total + cfg.w_classifier * L["classifier"]
+        else:
+            pred = v + cfg.pila_scale * out.dv.float()
+            L["flow"] = F.mse_loss(pred, eps - x0)
+            with torch.no_grad():
+                L["flow_base"] = F.mse_loss(v, eps - x0)  # the frozen model alone (reference)
+            total = total + cfg.w_flow * L["flow"]
+    L["total"] = total
+    return L
+
+
+# ---------------------------------------------------------------------------------------
+# the loop
+
+
+def _latest_checkpoint(output_dir: str) -> Optional[str]:
+    root = os.path.join(output_dir, "checkpoints")
+    if not os.path.isdir(root):
+        return None
+    steps = [(int(m.group(1)), d) for d in os.listdir(root) if (m := re.fullmatch(r"checkpoint-(\d+)", d))
+             and os.path.isfile(os.path.join(root, d, "trainer_state.json"))]
+    return os.path.join(root, max(steps)[1]) if steps else None
+
+
+def _reset_accelerate_state():
+    import torch.distributed as dist
+    from accelerate.state import AcceleratorState
+
+    if not (dist.is_available() and dist.is_initialized()):
+        AcceleratorState._reset_state(reset_partial_state=True)
+
+
+def prepare_cache(cfg: TrainConfig, pipe, accelerator=None, progress: bool = True):
+    """Build (or reuse) the latent cache of ``cfg.data`` in ``cfg.cache_dir`` on the main process."""
+    from .data import CacheConfig, build_cache, load_records
+
+    report = None
+    is_main = accelerator is None or accelerator.is_main_process
+    if cfg.data is not None and is_main:
+        records = load_records(cfg.data)
+        cc = CacheConfig(cfg.num_frames, cfg.height, cfg.width, cfg.max_sequence_length, cfg.model)
+        report = build_cache(records, pipe, cfg.cache_dir, cc, shard_size=cfg.shard_size,
+                             batch_size=cfg.cache_batch_size, progress=progress)
+        logger.info("latent cache: %d new, %d reused, %d skipped", report.cached, report.already_cached, report.skipped)
+    if accelerator is not None:
+        accelerator.wait_for_everyone()
+    return report
+
+
+def train(cfg: TrainConfig, *, progress: bool = False, log_callback: Optional[Callable[[Dict], None]] = None,
+          pipe=None) -> TrainResult:
+    """Run one training stage (see the module docstring). Returns a :class:`TrainResult`.
+
+    ``pipe`` may pass an already loaded Wan pipeline (else ``cfg.model`` is loaded).
+    """
+    from accelerate import Accelerator
+    from accelerate.utils import DistributedDataParallelKwargs, ProjectConfiguration, set_seed
+    from diffusers.optimization import get_scheduler
+
+    from .adapter import PILAAdapter
+    from .data import LatentCache, collate
+
+    if cfg.mixed_precision == "fp16" and not torch.cuda.is_available():
+        raise ValueError("mixed_precision='fp16' needs a CUDA GPU; use 'bf16' or 'no' on CPU")
+    _reset_accelerate_state()
+    # Several processes without CUDA (``accelerate launch --multi_gpu`` / ``torchrun`` on a CPU
+    # machine): without cpu=True accelerate would run them as independent single processes.
+    cpu = cfg.cpu or (not torch.cuda.is_available() and int(os.environ.get("WORLD_SIZE", "1")) > 1)
+    accelerator = Accelerator(
+        cpu=cpu,
+        mixed_precision=cfg.mixed_precision,
+        gradient_accumulation_steps=cfg.gradient_accumulation_steps,
+        log_with=None if cfg.report_to == "none" else cfg.report_to,
+        project_config=ProjectConfiguration(project_dir=cfg.output_dir, logging_dir=os.path.join(cfg.output_dir, "logs")),
+        kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=False)],
+    )
+    set_seed(cfg.seed)
+    device = accelerator.device
+    if accelerator.is_main_process:
+        os.makedirs(cfg.output_dir, exist_ok=True)
+        cfg.to_yaml(os.path.join(cfg.output_dir, f"config_stage{cfg.stage}.yaml"))
+    weight_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.mixed_precision, torch.float32)
+    if pipe is None:
+        pipe = load_backbone(cfg.model, weight_dtype)
+    for name in ("transformer", "transformer_2", "vae", "text_encoder"):
+        m = getattr(pipe, name, None)
+        if m is not None:
+            m.requires_grad_(False).eval()
+    pipe.to(device)
+    report = prepare_cache(cfg, pipe, accelerator, progress=progress and accelerator.is_main_process)
+    dataset = LatentCache(cfg.cache_dir)
+    cc = dataset.config
+    if (cc["num_frames"], cc["height"], cc["width"]) != (cfg.num_frames, cfg.height, cfg.width):
+        raise ValueError(f"the cache in {cfg.cache_dir} holds {cc['num_frames']} frames at {cc['height']}x{cc['width']}, "
+                         f"the config asks for {cfg.num_frames} at {cfg.height}x{cfg.width}")
+    sample = dataset[0]
+    text_dim = int(sample["text"].shape[-1])
+    latent_channels = int(sample["latents"].shape[0])
+
+    if cfg.init_adapter:
+        if not os.path.isdir(cfg.init_adapter):
+            raise FileNotFoundError(f"init_adapter folder not found: {cfg.init_adapter}")
+        adapter = PILAAdapter.from_pretrained(cfg.init_adapter)
+        adapter.check_compatible(latent_channels=latent_channels, text_dim=text_dim, where="latent cache")
+    else:
+        adapter = PILAAdapter(latent_channels=latent_channels, text_dim=text_dim, **cfg.adapter)
+    adapter.to(device).train()
+    params = trainable_parameters(adapter, cfg.stage)
+    optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+    lr_scheduler = get_scheduler("constant_with_warmup", optimizer, num_warmup_steps=cfg.warmup_steps * accelerator.num_processes,
+                                 num_training_steps=cfg.max_steps * accelerator.num_processes)
+    model, optimizer, lr_scheduler = accelerator.prepare(adapter, optimizer, lr_scheduler)
+    raw = accelerator.unwrap_model(model)
+
+    step, resumed = 0, None
+    ckpt = _latest_checkpoint(cfg.output_dir) if cfg.resume == "auto" else cfg.resume
+    if ckpt:
+        if not os.path.isfile(os.path.join(ckpt, "trainer_state.json")):
+            raise FileNotFoundError(f"not a training checkpoint (no trainer_state.json): {ckpt}")
+        state = json.load(open(os.path.join(ckpt, "trainer_state.json")))
+        if state["stage"] != cfg.stage:
+            raise ValueError(f"checkpoint {ckpt} is from stage {state['stage']}, this run trains stage {cfg.stage}; "
+                             f"use init_adapter with the previous stage's adapter and a new output_dir")
+        accelerator.load_state(ckpt)
+        step, resumed = int(state["step"]), ckpt
+        logger.info("resumed from %s at step %d", ckpt, step)
+    if cfg.report_to != "none":
+        accelerator.init_trackers("pila", config={k: v for k, v in cfg.to_dict().items() if not isinstance(v, dict)})
+
+    history: List[Dict[str, float]] = []
+    n = len(dataset)
+    rank, world = accelerator.process_index, accelerator.num_processes
+    bar = None
+    if progress and accelerator.is_main_process:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=cfg.max_steps, initial=step, desc=f"stage {cfg.stage}", unit="step")
+    log_path = os.path.join(cfg.output_dir, "train_log.jsonl")
+    times = []
+    while step < cfg.max_steps:
+        t0 = time.perf_counter()
+        acc: Dict[str, float] = {}
+        for a in range(cfg.gradient_accumulation_steps):
+            micro = step * cfg.gradient_accumulation_steps + a
+            items = [dataset[i] for i in batch_indices(micro, cfg.batch_size, n, cfg.seed, rank, world)]
+            batch = collate(items)
+            gen = torch.Generator().manual_seed(_mix(cfg.seed, 7, micro, rank))
+            with accelerator.accumulate(model):
+                with accelerator.autocast():
+                    L = stage_losses(model, raw, pipe, batch, cfg, gen, device)
+                # experts that no token chose this step still take part (zero gradient), so
+                # DistributedDataParallel sees every trainable parameter in every step
+                touch = sum(p_.sum() for p_ in params) * 0.0
+                accelerator.backward(L["total"] + touch)
+                if accelerator.sync_gradients and cfg.max_grad_norm > 0:
+                    accelerator.clip_grad_norm_(params, cfg.max_grad_norm)
+                optimizer.step()
+                lr_scheduler.step()
+                optimizer.zero_grad(set_to_none=True)
+            for k, v in L.items():
+                acc[k] = acc.get(k, 0.0) + float(v.detach()) / cfg.gradient_accumulation_steps
+        step += 1
+        times.append(time.perf_counter() - t0)
+        if any(not math.isfinite(v) for v in acc.values()):
+            raise FloatingPointError(f"non-finite loss at step {step}: {acc}; lower learning_rate or check the data")
+        logs = {k: accelerator.reduce(torch.tensor(v, device=device), "mean").item() for k, v in sorted(acc.items())}
+        logs.update(step=step, lr=lr_scheduler.get_last_lr()[0], sec_per_step=times[-1])
+        if step % cfg.log_every == 0 or step == cfg.max_steps:
+            history.append(logs)
+            if cfg.report_to != "none":
+                accelerator.log(logs, step=step)
+            if accelerator.is_main_process:
+                with open(log_path, "a") as fh:
+                    fh.write(json.dumps({"stage": cfg.stage, **logs}) + "\n")
+                logger.info("stage %d step %d: %s", cfg.stage, step, {k: round(v, 5) for k, v in logs.items()})
+                if log_callback is not None:
+                    log_callback(logs)
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(loss=f"{logs['total']:.4g}")
+        if step % cfg.checkpoint_every == 0 or step == cfg.max_steps:
+            _save_checkpoint(accelerator, cfg, step)
+    if bar is not None:
+        bar.close()
+    accelerator.wait_for_everyone()
+    adapter_dir = os.path.join(cfg.output_dir, "adapter")
+    if accelerator.is_main_process:
+        final = accelerator.unwrap_model(model)
+        if cfg.stage >= 2 and final.text_classifier is not None:
+            final.text_classifier.trained.fill_(True)
+        final.save_pretrained(adapter_dir)
+    accelerator.wait_for_everyone()
+    if cfg.report_to != "none":
+        accelerator.end_training()
+    return TrainResult(step, history, float(sum(times) / max(len(times), 1)), adapter_dir, resumed,
+                       report.skipped if report else 0)
+
+
+def _save_checkpoint(accelerator, cfg: TrainConfig, step: int) -> None:
+    root = os.path.join(cfg.output_dir, "checkpoints")
+    path = os.path.join(root, f"checkpoint-{step}")
+    accelerator.wait_for_everyone()
+    accelerator.save_state(path)
+    if accelerator.is_main_process:
+        with open(os.path.join(path, "trainer_state.json"), "w") as fh:
+            json.dump({"step": step, "stage": cfg.stage}, fh)
+        if cfg.checkpoints_total_limit:
+            old = sorted((int(d.split("-")[1]), d) for d in os.listdir(root) if re.fullmatch(r"checkpoint-\d+", d))
+            for _, d in old[: max(len(old) - cfg.checkpoints_total_limit, 0)]:
+                shutil.rmtree(os.path.join(root, d), ignore_errors=True)
+    accelerator.wait_for_everyone()
