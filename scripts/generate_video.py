@@ -36,6 +36,8 @@ def parse_args(argv=None):
     p.add_argument("--scale", type=float, default=1.0, help="PILA strength s in v' = v + s dv (0 = base model)")
     p.add_argument("--start", type=float, default=0.0, help="first fraction of the steps with the correction")
     p.add_argument("--end", type=float, default=1.0, help="fraction of the steps where the correction stops")
+    p.add_argument("--residual-guidance", type=float, default=0.0,
+                   help="extra gradient step (relative size, ~0.01) lowering the physics residuals; 0 = off")
     p.add_argument("--steps", type=int)
     p.add_argument("--frames", type=int, help="number of frames, 4k+1")
     p.add_argument("--height", type=int, help="multiple of 16")
@@ -139,7 +141,9 @@ def main(argv=None) -> int:
         pipe.to(device)
     adapter.to(device)
     try:
-        controller = pipe.load_pila(adapter, scale=a.scale, start=a.start, end=a.end, categories=categories)
+        controller = pipe.load_pila(
+            adapter, scale=a.scale, start=a.start, end=a.end, categories=categories, residual_guidance=a.residual_guidance
+        )
     except ValueError as e:  # e.g. an adapter for other latent channels or text width
         raise UsageError(str(e)) from None
     pipe.set_progress_bar_config(disable=False, desc="denoising")

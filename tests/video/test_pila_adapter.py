@@ -114,3 +114,27 @@ def test_save_load_roundtrip(tmp_path):
     x, v, s = inputs()
     text = torch.randn(2, 5, 32)
     assert torch.equal(a(x, v, s, text).dv, b(x, v, s, text).dv)
+
+
+@pytest.mark.parametrize("trained", [False, True])
+def test_residual_guidance_lowers_residual_energy(trained):
+    a = PILAAdapter(**SMALL).eval()
+    if trained:
+        trained_like(a)
+    # smooth moving latents: a pattern drifting in x with some noise
+    yy, xx = torch.meshgrid(torch.arange(8.0), torch.arange(12.0), indexing="ij")
+    g = torch.Generator().manual_seed(0)
+    x0 = torch.stack([torch.stack([torch.sin(0.6 * (xx - 0.7 * f * (1 + 0.3 * f)) + c) * torch.cos(0.4 * yy) for f in range(5)]) for c in range(16)])[None]
+    noise = torch.randn(x0.shape, generator=g)
+    sigma = torch.tensor([0.4])
+    x_t = 0.6 * x0 + 0.4 * noise
+    v = noise - x0 + 0.3 * torch.randn(x0.shape, generator=g)
+    mask = torch.tensor([True, False, False, False, False, False])  # rigid: kinematic, rigidity, gravity
+    dv, e0 = a.residual_guidance(x_t, v, sigma, 0.005, category_mask=mask)
+    assert dv.shape == v.shape and float(dv.pow(2).mean().sqrt()) == pytest.approx(0.005 * float(v.pow(2).mean().sqrt()), rel=1e-4)
+    with torch.no_grad():
+        e1 = a(x_t, v + dv, sigma, category_mask=mask).residual_loss()
+    assert e1 < e0 * 0.999
+    assert not any(p.grad is not None for p in a.parameters())  # guidance does not touch weights
+    small = a.residual_guidance(x_t[:, :, :2], v[:, :, :2], sigma, 0.005)[0]  # 2 latent frames: no residual
+    assert bool((small == 0).all())

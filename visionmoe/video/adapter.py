@@ -168,6 +168,40 @@ class PILAAdapter(ModelMixin, ConfigMixin):
             res = R.bank_residuals(proxies)
         return PILAOutput(dv, bank, refined_proxies, ex, ex.router.aux_loss, ex.router.z_loss, res, logits)
 
+    def residual_guidance(
+        self,
+        latents: torch.Tensor,
+        velocity: torch.Tensor,
+        sigma: torch.Tensor | float,
+        strength: float,
+        encoder_hidden_states: torch.Tensor | None = None,
+        category_mask: torch.Tensor | None = None,
+        category_scale: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Inference-time residual guidance: one normalised gradient step on the velocity.
+
+        ``E(v)`` is :meth:`PILAOutput.residual_loss` (residuals of each routed category,
+        weighted by its routing mass) of the bank built from ``(x_t, v)``. Returns
+        ``dv_g = -strength * rms(v) * grad_v E / rms(grad_v E)`` (so ``strength`` is the
+        step's size relative to the velocity) and ``E(v)``. Works untrained too: the anchored
+        proxies then equal the observed-motion anchors of ``x0 = x_t - sigma v``. Keep
+        ``strength`` small (about 0.01): it is a first-order step. Returns zeros when the token
+        grid is too small for any residual (fewer than 3 tokens along F, h or w).
+        """
+        with torch.enable_grad():
+            v = velocity.detach().to(self.dtype).requires_grad_(True)
+            out = self(
+                latents.detach(), v, sigma, encoder_hidden_states, category_mask, category_scale, compute_residuals=True
+            )
+            energy = out.residual_loss()
+            if not energy.requires_grad:  # grid too small for any residual (< 3 tokens on an axis)
+                return torch.zeros_like(velocity), energy.detach()
+            (grad,) = torch.autograd.grad(energy, v)
+        rms_v = velocity.float().pow(2).mean().sqrt()
+        rms_g = grad.float().pow(2).mean().sqrt()
+        dv = -float(strength) * rms_v * grad.float() / (rms_g + 1e-12)
+        return dv.to(velocity.dtype), energy.detach()
+
     def check_compatible(self, *, latent_channels: int, text_dim: int | None = None, where: str = "pipeline") -> None:
         """Raise a ValueError naming the mismatch if this adapter cannot run on the given model."""
         if latent_channels != self.config.latent_channels:

@@ -18,6 +18,9 @@ the same step reuses that same ``dv``. Both branches get ``+ s(t) dv``, so
 
 for any guidance scale g, and ``v' = v_c + s(t) dv`` without guidance: the correction is
 neither amplified by g nor cancelled, and costs one adapter call per step.
+With ``residual_guidance = eta > 0`` the step's correction becomes ``s dv + dv_g``, where
+``dv_g`` is a normalised gradient step of size ``eta * rms(v)`` that lowers the residual
+energy of the bank built from ``(x_t, v_c + s dv)``; it is shared by both branches the same way.
 
 Schedule: ``s(t) = scale * per-step window``, where the window is 1 when the denoising
 progress ``p`` lies in ``[start, end)`` and 0 otherwise; ``p = step_index /
@@ -64,10 +67,13 @@ class PILASettings:
     categories: str | Sequence[str] = "auto"
     per_category_scale: Mapping[str, float] | None = None
     num_train_timesteps: int = 1000
+    residual_guidance: float = 0.0
     category_scale: torch.Tensor = field(init=False)
 
     def __post_init__(self):
         self.scale = float(self.scale)
+        if self.residual_guidance < 0:
+            raise ValueError(f"residual_guidance must be >= 0, got {self.residual_guidance}")
         if not 0.0 <= self.start <= self.end <= 1.0:
             raise ValueError(f"need 0 <= start <= end <= 1 (fractions of the denoising steps), got start={self.start}, end={self.end}")
         if isinstance(self.categories, str) and self.categories != "auto":
@@ -98,6 +104,7 @@ class PILAController:
         self.priors: list[CategoryPrior] | None = None
         self._cache: tuple[Any, ...] | None = None
         self.calls = 0  # adapter evaluations (for tests and logging)
+        self.last_energy: float | None = None  # residual energy of the last guided step
 
     def set_prompt(self, prompt):
         if isinstance(prompt, str) or prompt is None:
@@ -200,6 +207,18 @@ class PILAHook(ModelHook):
                     compute_residuals=False,
                 )
             dv = out.dv.to(sample.dtype)
+            if c.settings.residual_guidance > 0:
+                dv_g, energy = adapter.residual_guidance(
+                    hidden_states,
+                    sample + scale * dv,
+                    sigma,
+                    c.settings.residual_guidance / scale,
+                    encoder_hidden_states=text if adapter.text_classifier is not None else None,
+                    category_mask=mask,
+                    category_scale=c.settings.category_scale.to(sample.device),
+                )
+                c.last_energy = float(energy)
+                dv = dv + dv_g.to(sample.dtype)
             c.calls += 1
             c._cache = (hidden_states, hidden_states._version, progress, dv)
         corrected = sample + scale * dv
@@ -243,6 +262,7 @@ def attach_pila(
     end: float = 1.0,
     categories: str | Sequence[str] = "auto",
     per_category_scale: Mapping[str, float] | None = None,
+    residual_guidance: float = 0.0,
 ) -> PILAController:
     """Attach ``adapter`` to a Wan pipeline (2.1: ``transformer``; 2.2: also ``transformer_2``).
 
@@ -254,6 +274,9 @@ def attach_pila(
         categories: ``"auto"`` (learned text classifier when trained, else the prompt lexicon)
             or a list / comma-separated string of categories (ours or WISA / PhyGenBench names).
         per_category_scale: e.g. ``{"liquid": 0.5}``; scales that category's expert refinements.
+        residual_guidance: size (relative to the velocity's RMS) of an extra gradient step that
+            lowers the routed categories' residuals (:meth:`PILAAdapter.residual_guidance`);
+            0 (default) disables it. Costs one adapter forward and backward per step.
 
     Returns the :class:`PILAController` (settings can be changed between calls). Attaching
     twice replaces the previous attachment.
@@ -269,7 +292,7 @@ def attach_pila(
         detach_pila(pipe)
     sched = getattr(pipe, "scheduler", None)
     ntt = int(getattr(getattr(sched, "config", None), "num_train_timesteps", 1000) or 1000)
-    settings = PILASettings(scale, start, end, categories, per_category_scale, ntt)
+    settings = PILASettings(scale, start, end, categories, per_category_scale, ntt, residual_guidance)
     adapter.eval()
     controller = PILAController(adapter, settings)
     for _, model in models:

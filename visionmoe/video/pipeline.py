@@ -55,13 +55,14 @@ class WanPILAPipeline(WanPipeline):
         end: float = 1.0,
         categories: str | Sequence[str] = "auto",
         per_category_scale: Mapping[str, float] | None = None,
+        residual_guidance: float = 0.0,
         **load_kwargs,
     ) -> PILAController:
         adapter = load_adapter(adapter, **load_kwargs)
         device = next((m.device for m in (self.transformer, self.transformer_2) if m is not None), None)
         if device is not None and device.type != "meta":
             adapter.to(device)
-        return attach_pila(self, adapter, scale, start, end, categories, per_category_scale)
+        return attach_pila(self, adapter, scale, start, end, categories, per_category_scale, residual_guidance)
 
     def unload_pila(self) -> None:
         detach_pila(self)
@@ -112,6 +113,7 @@ class WanPILAPipeline(WanPipeline):
                 saved.categories if physics is None else physics,
                 None,
                 saved.num_train_timesteps,
+                saved.residual_guidance,
             )
             c.settings.category_scale = saved.category_scale
             return super().__call__(*args, **kwargs)
