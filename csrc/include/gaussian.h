@@ -500,6 +500,33 @@ VM_HD void alpha_bbox(const T* mean2d, const T* conic, T opacity, int width, int
   *y1 = fy1 < fy0 ? int(fy0) : int(fy1);
 }
 
+// Squared Mahalanobis radius t inside which alpha >= 1/255 (d^T conic d <= t), inflated a
+// little so that spans computed from it are conservative; the exact alpha test decides.
+template <typename T>
+VM_HD T span_radius2(T opacity) {
+  const T t = 2 * log(opacity * T(255));
+  return t > 0 ? t * T(1.01) + T(0.05) : T(-1);
+}
+
+// Pixels [*xa, *xb) of the row whose centres lie at vertical offset dy = mean_y - (y + 0.5)
+// from the mean and inside the ellipse d^T conic d <= t2, clipped to [lo, hi).
+template <typename T>
+VM_HD void row_span(T mx, T dy, const T* conic, T t2, int lo, int hi, int* xa, int* xb) {
+  const T a = conic[0], b = conic[1], c = conic[2];
+  const T disc = b * b * dy * dy - a * (c * dy * dy - t2);
+  *xa = *xb = lo;
+  if (!(disc >= 0) || !(a > 0)) return;
+  const T sq = sqrt(disc);
+  const T dlo = (-b * dy - sq) / a, dhi = (-b * dy + sq) / a;  // dx = mx - px in [dlo, dhi]
+  // integer x with centre x + 0.5 in [mx - dhi, mx - dlo]; t2 is inflated, so no extra pad
+  T f0 = ceil(mx - dhi - T(0.5)), f1 = floor(mx - dlo - T(0.5)) + 1;
+  f0 = f0 < T(lo) ? T(lo) : f0;
+  f1 = f1 > T(hi) ? T(hi) : f1;
+  if (!(f0 < f1)) return;
+  *xa = int(f0);
+  *xb = int(f1);
+}
+
 // Tile range [tx0, tx1) x [ty0, ty1) of a projected Gaussian: the tiles its radius rectangle
 // touches (gsplat `_isect_tiles`), intersected with the tiles of its alpha bounding box.
 template <typename T>

@@ -84,7 +84,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> project_fwd(
   check_inputs_common(means_in, "means");
   const auto means = means_in.contiguous(), quats = quats_in.contiguous(), log_scales = log_scales_in.contiguous();
   const auto opacities = opacities_in.contiguous(), viewmats = viewmats_in.contiguous(), Ks = Ks_in.contiguous();
-  const auto features = features_in.reshape({means.size(0), -1}).contiguous();
+  const auto features = features_in.flatten(1).contiguous();
   const int64_t N = means.size(0), C = viewmats.size(0), F = features.size(1);
   auto means2d = at::zeros({C, N, 2}, means.options());
   auto conics = at::zeros({C, N, 3}, means.options());
@@ -371,14 +371,17 @@ void rasterize_fwd_impl(const at::Tensor& means2d, const at::Tensor& conics, con
       y1 = std::min(y1, oy + th);
       T csum = 0;
       int ccount = 0;
+      const T t2 = gs::span_radius2(o), pskip = T(-0.5) * t2;
       for (int y = y0; y < y1; ++y) {
         const T dy = my - (T(y) + T(0.5));
-        for (int x = x0; x < x1; ++x) {
+        int xa, xb;
+        gs::row_span(mx, dy, cn + cg * 3, t2, x0, x1, &xa, &xb);
+        for (int x = xa; x < xb; ++x) {
           const int p = (y - oy) * kT + (x - ox);
           if (done[p]) continue;
           const T dx = mx - (T(x) + T(0.5));
           const T power = T(-0.5) * (ca * dx * dx + cc * dy * dy) - cb * dx * dy;
-          if (power > 0) continue;
+          if (power > 0 || power < pskip) continue;
           const T alpha = std::min(alpha_max, o * std::exp(power));
           if (alpha < alpha_min) continue;
           const T next = Tr[p] * (1 - alpha);
@@ -481,14 +484,17 @@ void rasterize_bwd_impl(const at::Tensor& means2d, const at::Tensor& conics, con
       y1 = std::min(y1, oy + th);
       T v_rgb[3] = {0, 0, 0}, v_o = 0, v_m[2] = {0, 0}, v_c[3] = {0, 0, 0}, v_d = 0;
       bool touched = false;
+      const T t2 = gs::span_radius2(o), pskip = T(-0.5) * t2;
       for (int y = y0; y < y1; ++y) {
         const T dy = my - (T(y) + T(0.5));
-        for (int x = x0; x < x1; ++x) {
+        int xa, xb;
+        gs::row_span(mx, dy, cn + cg * 3, t2, x0, x1, &xa, &xb);
+        for (int x = xa; x < xb; ++x) {
           const int p = (y - oy) * kT + (x - ox);
           if (k >= last[p]) continue;
           const T dx = mx - (T(x) + T(0.5));
           const T power = T(-0.5) * (ca * dx * dx + cc * dy * dy) - cb * dx * dy;
-          if (power > 0) continue;
+          if (power > 0 || power < pskip) continue;
           const T G = std::exp(power);
           const T a0 = o * G;
           const T alpha = std::min(alpha_max, a0);

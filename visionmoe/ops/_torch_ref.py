@@ -195,7 +195,7 @@ def rasterize(
         background,
     )
     N, C, W, H = a.means.shape[0], a.viewmats.shape[0], a.width, a.height
-    feats = a.features.reshape(N, -1)
+    feats = a.features.flatten(1)
     valid = (
         torch.isfinite(a.means).all(-1) & torch.isfinite(a.quats).all(-1) & torch.isfinite(a.log_scales).all(-1)
         & torch.isfinite(a.opacity_logits) & torch.isfinite(feats).all(-1) & (a.quats.norm(dim=-1) > 0)

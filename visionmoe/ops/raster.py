@@ -127,7 +127,7 @@ class _Project(torch.autograd.Function):
     def forward(ctx, means, quats, log_scales, opacity_logits, features, viewmats, Ks, width, height, near, far):
         k = _backend.kernels(means.device)
         means2d, conics, depths, radii = k.project_fwd(
-            means, quats, log_scales, opacity_logits, features.reshape(features.shape[0], -1),
+            means, quats, log_scales, opacity_logits, features.flatten(1),
             viewmats, Ks, width, height, near, far,
         )
         ctx.save_for_backward(means, quats, log_scales, viewmats, Ks, radii)
