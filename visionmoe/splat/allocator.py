@@ -1,0 +1,153 @@
+"""Rate-adaptive capacity allocator: the tiered budget under a byte target, by RD optimisation.
+
+Decisions, per encoding:
+
+* the **quality preset**: a rung of :data:`GEOMETRY_LADDER` (position step relative to each
+  primitive's scale, colour/scale/rotation/opacity precision, size of the scale-rotation
+  codebook of the coarse tiers) and a rung of :data:`APPEARANCE_LADDER` (the fraction of fine
+  primitives that keep view-dependent SH, ranked by contribution so low-contribution ones
+  drop to degree 0, and the SH degree and size of the appearance codebook);
+* the **cut** through the pyramid: which nodes are split into their children, hence how many
+  primitives each tier (pyramid level) contributes.
+
+Distortion is contribution-weighted: a node's cost as a terminal primitive is its merge error
+against the dense leaves below it (``Pyramid.distortion``) plus its quantisation error under
+the preset, both in summed squared colour over the rendered pixels, so ``distortion /
+pixels`` is an MSE proxy. Rate is each node's empirical entropy under the level's symbol
+statistics (the static models the rANS coder stores). For each preset the cut is grown
+greedily by distortion reduction per byte, made monotone down the tree so the chosen set
+of splits is always a valid (ancestor-closed) cut; the preset with the least distortion
+within the budget wins (coordinate-wise hill climbing over the two ladders). The codec then
+tunes the cut size against real encoded bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+__all__ = ["Preset", "GEOMETRY_LADDER", "APPEARANCE_LADDER", "make_preset", "CutPlan", "plan_cut", "symbol_bits"]
+
+
+@dataclass(frozen=True)
+class Preset:
+    pos_rel: float  # position step / primitive geometric-mean scale
+    dc_step: float  # SH DC quantisation step
+    ls_step: float  # log-scale step
+    op_bits: int  # opacity bits
+    rot_bits: int  # bits per smallest-three quaternion component
+    sh_fraction: float  # fraction of fine primitives (by contribution) keeping view-dependent SH
+    sh_degree: int  # max SH degree of the appearance prototypes
+    sh_codebook: int  # appearance codebook size cap
+    shape_codebook: int  # scale-rotation codebook size cap (coarse tiers)
+    geometry: int = -1  # rung indices this preset was made from
+    appearance: int = -1
+
+    def __post_init__(self):
+        if not (0 < self.pos_rel and 0 < self.dc_step and 0 < self.ls_step and 0 <= self.sh_fraction <= 1):
+            raise ValueError(f"invalid preset {self}")
+
+
+# Two ladders, coarse to fine; a preset is one rung of each (the allocator picks the pair).
+# Geometry: (pos_rel, dc_step, ls_step, op_bits, rot_bits, shape codebook cap).
+GEOMETRY_LADDER: tuple[tuple, ...] = (
+    (0.60, 1 / 12, 0.30, 4, 5, 64),
+    (0.45, 1 / 16, 0.22, 5, 5, 128),
+    (0.35, 1 / 24, 0.16, 5, 6, 256),
+    (0.25, 1 / 32, 0.12, 6, 7, 512),
+    (0.18, 1 / 48, 0.08, 6, 7, 1024),
+    (0.12, 1 / 64, 0.06, 7, 8, 2048),
+    (0.08, 1 / 96, 0.04, 8, 9, 4096),
+    (0.04, 1 / 192, 0.02, 9, 10, 4096),
+    (0.02, 1 / 512, 0.01, 10, 12, 4096),
+)
+# Appearance: (fraction of fine primitives keeping view-dependent SH, SH degree, codebook size).
+APPEARANCE_LADDER: tuple[tuple, ...] = (
+    (0.00, 0, 0),
+    (0.25, 1, 32),
+    (0.50, 1, 64),
+    (0.75, 2, 128),
+    (1.00, 3, 128),
+    (1.00, 3, 256),
+    (1.00, 3, 512),
+    (1.00, 3, 1024),
+    (1.00, 3, 2048),
+    (1.00, 3, 4096),
+)
+
+
+def make_preset(geometry: int, appearance: int) -> Preset:
+    if not (0 <= geometry < len(GEOMETRY_LADDER) and 0 <= appearance < len(APPEARANCE_LADDER)):
+        raise ValueError(f"preset rungs must be in [0, {len(GEOMETRY_LADDER) - 1}] x [0, {len(APPEARANCE_LADDER) - 1}], "
+                         f"got ({geometry}, {appearance})")
+    pos_rel, dc_step, ls_step, op_bits, rot_bits, shape_cb = GEOMETRY_LADDER[geometry]
+    frac, deg, sh_cb = APPEARANCE_LADDER[appearance]
+    return Preset(pos_rel, dc_step, ls_step, op_bits, rot_bits, frac, deg, sh_cb, shape_cb, geometry, appearance)
+
+
+def symbol_bits(values: np.ndarray) -> np.ndarray:
+    """Per-symbol cost in bits [N] of an integer stream under its own empirical distribution."""
+    v = np.asarray(values).reshape(-1)
+    if v.size == 0:
+        return np.zeros(0)
+    uniq, inv, counts = np.unique(v, return_inverse=True, return_counts=True)
+    p = counts / v.size
+    return -np.log2(p)[inv]
+
+
+@dataclass
+class CutPlan:
+    """Greedy split order for one preset: splitting order[:k] gives rate[k] bytes, distortion[k]."""
+
+    order_level: np.ndarray  # [S] level of the k-th split node
+    order_index: np.ndarray  # [S] index within its level
+    rate: np.ndarray  # [S + 1] estimated payload bytes after k splits
+    distortion: np.ndarray  # [S + 1] contribution-weighted distortion after k splits
+    primitives: np.ndarray  # [S + 1] terminal primitives after k splits
+
+    def best_within(self, budget: float) -> int:
+        """Largest k whose estimated rate fits ``budget`` (0 if even the roots do not)."""
+        return int(max(np.searchsorted(self.rate, budget, side="right") - 1, 0))
+
+
+def plan_cut(child_count: list[torch.Tensor], parent: list[torch.Tensor], cost: list[np.ndarray],
+             node_bytes: list[np.ndarray]) -> CutPlan:
+    """Order the pyramid's splits by distortion reduction per byte, monotone down the tree.
+
+    ``cost[l][i]``: distortion if node i of level l is a terminal primitive;
+    ``node_bytes[l][i]``: its estimated coded size.
+    """
+    L = len(cost)
+    gains, extra_bytes, pri = [], [], []
+    for lv in range(L - 1):
+        n = len(cost[lv])
+        par = parent[lv + 1].numpy()
+        child_cost = np.zeros(n)
+        np.add.at(child_cost, par, cost[lv + 1])
+        child_bytes = np.zeros(n)
+        np.add.at(child_bytes, par, node_bytes[lv + 1])
+        gain = cost[lv] - child_cost
+        gains.append(gain)
+        extra_bytes.append(child_bytes)
+        pri.append(gain / np.maximum(child_bytes, 1e-9))
+    # monotone priority: a node is never split before its parent
+    for lv in range(1, L - 1):
+        pri[lv] = np.minimum(pri[lv], pri[lv - 1][parent[lv].numpy()])
+    if L == 1:
+        z = np.zeros(0, np.int64)
+        return CutPlan(z, z, np.array([node_bytes[0].sum()]), np.array([cost[0].sum()]), np.array([len(cost[0])]))
+    all_pri = np.concatenate(pri)
+    all_lv = np.concatenate([np.full(len(p), lv) for lv, p in enumerate(pri)])
+    all_idx = np.concatenate([np.arange(len(p)) for p in pri])
+    all_gain = np.concatenate(gains)
+    all_bytes = np.concatenate(extra_bytes)
+    all_children = np.concatenate([child_count[lv].numpy() for lv in range(L - 1)])
+    # Internal nodes without children cannot be split (none exist by construction).
+    order = np.lexsort((all_idx, all_lv, -all_pri))
+    order = order[all_children[order] > 0]
+    rate = np.concatenate([[node_bytes[0].sum()], node_bytes[0].sum() + np.cumsum(all_bytes[order])])
+    dist = np.concatenate([[cost[0].sum()], cost[0].sum() - np.cumsum(all_gain[order])])
+    prims = np.concatenate([[len(cost[0])], len(cost[0]) + np.cumsum(all_children[order] - 1)])
+    return CutPlan(all_lv[order], all_idx[order], rate, dist, prims)

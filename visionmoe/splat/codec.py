@@ -1,0 +1,592 @@
+"""PGMS compress / decompress: the public Python API over the pipeline modules.
+
+``compress``: contributions (rendered views) -> pruning -> mixture pyramid (moment-matched,
+contribution-weighted merges) -> per-preset prototypes and quantisation -> rate-adaptive
+allocation (preset + pyramid cut) -> tuning of the cut against real encoded bytes -> .pgms.
+``decompress``: .pgms bytes (or any prefix holding the first levels) -> GaussianScene.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from . import bitstream as bs
+from .allocator import APPEARANCE_LADDER, GEOMETRY_LADDER, CutPlan, Preset, make_preset, plan_cut, symbol_bits
+from .io import GaussianScene, SceneError, read_ply
+from .prototypes import build_codebook, shape_features
+from .pyramid import Pyramid, build_pyramid, pair_error
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["compress", "decompress", "CompressResult", "reference_ply_bytes", "atomic_write_bytes"]
+
+ProgressFn = Callable[[str, int, int], None]
+
+
+def reference_ply_bytes(num_gaussians: int, sh_degree: int) -> int:
+    """Size of the native-degree binary float32 INRIA .ply (header + payload): the ratio's baseline."""
+    k = 3 * ((sh_degree + 1) ** 2 - 1)
+    names = (["x", "y", "z", "nx", "ny", "nz", "f_dc_0", "f_dc_1", "f_dc_2"] + [f"f_rest_{i}" for i in range(k)]
+             + ["opacity", "scale_0", "scale_1", "scale_2", "rot_0", "rot_1", "rot_2", "rot_3"])
+    header = (f"ply\nformat binary_little_endian 1.0\nelement vertex {num_gaussians}\n"
+              + "".join(f"property float {n}\n" for n in names) + "end_header\n")
+    return len(header) + 4 * len(names) * num_gaussians
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    """Write bytes to ``path`` via a temp file in the same folder + rename (never half-written)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+@dataclass
+class CompressResult:
+    data: bytes
+    reference_bytes: int  # native-degree float32 .ply size of the input
+    target_bytes: int | None
+    preset_index: tuple[int, int]  # (geometry rung, appearance rung)
+    preset: Preset
+    primitives: int  # terminal primitives in the full decode
+    primitives_per_level: list[int]
+    coded_per_level: list[int]
+    input_gaussians: int
+    pruned: int
+    proxy_psnr: float  # PSNR predicted by the allocator's contribution-weighted distortion
+    timings: dict[str, float] = field(default_factory=dict)
+    stream_stats: list = field(default_factory=list)
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.data)
+
+    @property
+    def ratio(self) -> float:
+        return self.reference_bytes / max(len(self.data), 1)
+
+    def save(self, path: str | os.PathLike) -> Path:
+        return atomic_write_bytes(path, self.data)
+
+    def summary(self) -> dict:
+        return {
+            "bytes": self.nbytes, "ratio": round(self.ratio, 3), "target_bytes": self.target_bytes,
+            "preset": self.preset_index, "primitives": self.primitives, "input_gaussians": self.input_gaussians,
+            "pruned": self.pruned, "per_level_terminal": self.primitives_per_level,
+            "per_level_coded": self.coded_per_level, "proxy_psnr": round(self.proxy_psnr, 2),
+            "sh_fraction": self.preset.sh_fraction, "sh_degree": self.preset.sh_degree,
+            "timings_s": {k: round(v, 3) for k, v in self.timings.items()},
+        }
+
+
+# --------------------------------------------------------------------------- quantised pyramid
+
+
+@dataclass
+class _Quantized:
+    preset: Preset
+    quant: bs.Quantizer
+    shape_cb: np.ndarray
+    sh_cb: np.ndarray | None
+    symbols: list[dict]
+    cost: list[np.ndarray]
+    node_bytes: list[np.ndarray]
+    fixed_bytes: int
+    plan: CutPlan | None = None
+    keep: np.ndarray | None = None
+
+
+def _sh_keep_mask(pyr: Pyramid, fraction: float) -> np.ndarray:
+    n = pyr.levels[-1].num_gaussians
+    keep = np.zeros(n, bool)
+    k = int(round(fraction * n))
+    if k > 0:
+        order = torch.argsort(pyr.weight[-1], descending=True, stable=True)[:k]
+        keep[order.numpy()] = True
+    return keep
+
+
+def _codebooks(pyr: Pyramid, preset: Preset, sh_degree: int, seed: int, cache: dict):
+    """Scale-rotation prototypes (coarse tiers) and appearance prototypes (fine tier) of a preset."""
+    L = pyr.num_levels
+    if L > 1:
+        n_int = sum(pyr.levels[lv].num_gaussians for lv in range(L - 1))
+        size = min(preset.shape_codebook, max(8, n_int // 8))
+        if ("shape", size) not in cache:
+            if "shape_feats" not in cache:
+                cache["shape_feats"] = torch.cat(
+                    [shape_features(pyr.levels[lv].log_scales, pyr.levels[lv].quats) for lv in range(L - 1)])
+            feats = cache["shape_feats"]
+            wts = torch.cat([pyr.weight[lv] for lv in range(L - 1)])
+            cb = build_codebook(feats, wts, size, seed=seed, max_train=16384)
+            cache[("shape", size)] = cb.numpy().astype(np.float16).astype(np.float32)
+        shape_cb = cache[("shape", size)]
+    else:
+        shape_cb = np.zeros((1, 9), np.float32)
+        shape_cb[0, 3] = shape_cb[0, 7] = 1
+    sh_cb, keep = None, None
+    cb_degree = min(preset.sh_degree, sh_degree)
+    if sh_degree > 0 and cb_degree > 0 and preset.sh_fraction > 0:
+        keep = _sh_keep_mask(pyr, preset.sh_fraction)
+        if keep.any():
+            k_cb = (cb_degree + 1) ** 2 - 1
+            size = min(preset.sh_codebook, max(4, int(keep.sum()) // 2))
+            key = ("sh", preset.sh_fraction, cb_degree, size)
+            if key not in cache:
+                km = torch.from_numpy(keep)
+                rows = pyr.levels[-1].sh_rest[km, :k_cb].reshape(int(keep.sum()), -1)
+                cb = build_codebook(rows, pyr.weight[-1][km], size, seed=seed + 1, max_train=16384)
+                cache[key] = cb.numpy().reshape(-1, k_cb, 3).astype(np.float16).astype(np.float32)
+            sh_cb = cache[key]
+        else:
+            keep = None
+    return shape_cb, sh_cb, keep
+
+
+def _node_bits(sym: dict, n: int, keep) -> np.ndarray:
+    bits = np.zeros(n)
+    for name, v in sym.items():
+        if name == "sh_idx":
+            continue
+        v2 = v.reshape(n, -1)
+        for col in range(v2.shape[1]):
+            bits += symbol_bits(v2[:, col])
+    if "sh_idx" in sym and keep is not None and keep.any():
+        b = np.zeros(n)
+        b[keep] = symbol_bits(sym["sh_idx"][keep])
+        bits += b
+    return bits
+
+
+def _quantizer(preset: Preset, meta: dict) -> bs.Quantizer:
+    return bs.Quantizer(preset.pos_rel, preset.dc_step, preset.ls_step, meta["min_step"], preset.op_bits, preset.rot_bits)
+
+
+def _estimate(pyr: Pyramid, preset: Preset, meta: dict, samples: list, seed: int, cache: dict) -> _Quantized:
+    """RD estimate of a preset from a sample of nodes per level (open loop on exact parents):
+    per-node cost = merge distortion + weight x mean quantisation error per unit weight of its
+    level (and SH tier); per-node bytes = mean entropy of its level (and SH tier)."""
+    L = pyr.num_levels
+    quant = _quantizer(preset, meta)
+    shape_cb, sh_cb, keep = _codebooks(pyr, preset, meta["sh_degree"], seed, cache)
+    cost, node_bytes = [], []
+    for lv in range(L):
+        fine = lv == L - 1
+        idx = samples[lv]
+        nodes = pyr.levels[lv].subset(torch.from_numpy(idx))
+        if lv == 0:
+            pm = np.tile(meta["origin"], (len(idx), 1))
+        else:
+            pm = pyr.levels[lv - 1].means[pyr.parent[lv][torch.from_numpy(idx)]].double().numpy()
+        pdc = np.round(pyr.levels[lv - 1].sh_dc[pyr.parent[lv][torch.from_numpy(idx)]].numpy() / quant.dc_step).astype(np.int64) if lv else np.zeros((len(idx), 3), np.int64)
+        kk = keep[idx] if (fine and keep is not None) else None
+        sym, dec = bs.quantize_level(nodes, pm, pdc, fine, quant, shape_cb, kk, sh_cb if fine else None)
+        err = pair_error(nodes, bs._scene_from(dec)).numpy().astype(np.float64)
+        w = pyr.weight[lv][torch.from_numpy(idx)].numpy().astype(np.float64)
+        bits = _node_bits(sym, len(idx), kk) / 8 + (0.0 if fine else 0.25)
+        n = pyr.levels[lv].num_gaussians
+        per_w = np.zeros(n)
+        per_b = np.zeros(n)
+        groups = [(np.ones(len(idx), bool), np.ones(n, bool))] if kk is None else [(kk, keep), (~kk, ~keep)]
+        for gs, gfull in groups:
+            if gs.any():
+                per_w[gfull] = (err[gs] * w[gs]).sum() / max(w[gs].sum(), 1e-30)
+                per_b[gfull] = bits[gs].mean()
+        cost.append(pyr.distortion[lv].numpy().astype(np.float64) + per_w * pyr.weight[lv].numpy())
+        node_bytes.append(per_b)
+    fixed = 600 + 2 * shape_cb.size + (2 * sh_cb.size if sh_cb is not None else 0) + 16 * 20 * L
+    qz = _Quantized(preset, quant, shape_cb, sh_cb, [], cost, node_bytes, fixed)
+    qz.keep = keep
+    return qz
+
+
+def _quantize_full(pyr: Pyramid, qz: _Quantized, meta: dict) -> None:
+    """Quantise every pyramid node with the chosen preset (closed loop on decoded parents)."""
+    L = pyr.num_levels
+    parent_means = np.tile(meta["origin"].astype(np.float64), (pyr.levels[0].num_gaussians, 1))
+    parent_dcq = np.zeros((pyr.levels[0].num_gaussians, 3), np.int64)
+    qz.symbols = []
+    for lv in range(L):
+        fine = lv == L - 1
+        sym, dec = bs.quantize_level(pyr.levels[lv], parent_means, parent_dcq, fine, qz.quant, qz.shape_cb,
+                                     qz.keep if fine else None, qz.sh_cb if fine else None)
+        qz.symbols.append(sym)
+        if not fine:
+            par = pyr.parent[lv + 1].numpy()
+            parent_means = dec["means"].astype(np.float64)[par]
+            parent_dcq = dec["dcq"][par]
+
+
+def _samples(pyr: Pyramid, per_level: int, seed: int) -> list:
+    g = np.random.default_rng(seed)
+    out = []
+    for lv in pyr.levels:
+        n = lv.num_gaussians
+        out.append(np.arange(n) if n <= per_level else np.sort(g.choice(n, per_level, replace=False)))
+    return out
+
+
+def _split_masks(pyr: Pyramid, plan: CutPlan, k: int) -> list[np.ndarray]:
+    split = [np.zeros(lv.num_gaussians, bool) for lv in pyr.levels]
+    lv_, idx_ = plan.order_level[:k], plan.order_index[:k]
+    for lv in range(pyr.num_levels - 1):
+        split[lv][idx_[lv_ == lv]] = True
+    return split
+
+
+def _encode_cut(pyr: Pyramid, qz: _Quantized, k: int, meta: dict, *, fast: bool, stats=None):
+    split = _split_masks(pyr, qz.plan, k)
+    L = pyr.num_levels
+    coded = [np.ones(pyr.levels[0].num_gaussians, bool)]
+    for lv in range(1, L):
+        coded.append(split[lv - 1][pyr.parent[lv].numpy()])
+    level_symbols, child_counts, terminal = [], [], []
+    for lv in range(L):
+        m = coded[lv]
+        level_symbols.append({name: v[m] for name, v in qz.symbols[lv].items()})
+        cc = np.where(split[lv], pyr.child_count[lv].numpy(), 0)[m]
+        child_counts.append(cc)
+        terminal.append(int((cc == 0).sum()))
+    fm = bs.FileMeta(sh_degree=meta["sh_degree"], origin=meta["origin"], quant=qz.quant,
+                     source_gaussians=meta["source_gaussians"], reference_bytes=meta["reference_bytes"])
+    data = bs.write_pgms(fm, qz.shape_cb, qz.sh_cb, level_symbols, child_counts, fast=fast, stats=stats)
+    return data, terminal, [int(m.sum()) for m in coded]
+
+
+# --------------------------------------------------------------------------- progress
+
+
+class _Progress:
+    def __init__(self, progress):
+        self.fn, self.bar = None, None
+        if callable(progress):
+            self.fn = progress
+        elif progress:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=6, desc="pgms", unit="step", leave=False)
+
+    def __call__(self, stage: str, done: int, total: int):
+        if self.fn is not None:
+            self.fn(stage, done, total)
+        if self.bar is not None:
+            self.bar.set_description(f"pgms: {stage}")
+            if done == total:
+                self.bar.update(1)
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+
+
+# --------------------------------------------------------------------------- API
+
+
+def _load(scene_or_path) -> GaussianScene:
+    if isinstance(scene_or_path, GaussianScene):
+        return scene_or_path.to("cpu")
+    if isinstance(scene_or_path, (str, os.PathLike)):
+        return read_ply(scene_or_path)
+    raise TypeError(f"expected a GaussianScene or a .ply path, got {type(scene_or_path).__name__}")
+
+
+def compress(
+    scene_or_path,
+    *,
+    ratio: float | None = None,
+    size: int | None = None,
+    psnr: float | None = None,
+    cameras=None,
+    device: str | torch.device | None = None,
+    contributions: torch.Tensor | None = None,
+    num_views: int = 16,
+    view_size: int = 256,
+    preset: tuple[int, int] | None = None,
+    refine_steps: int = 0,
+    prune_threshold: float = 1 / 255,
+    progress: bool | ProgressFn = False,
+    seed: int = 0,
+) -> CompressResult:
+    """Compress a 3DGS scene to .pgms bytes under one target.
+
+    Targets (give at most one; default ``ratio=20``): ``ratio`` (against the native-degree
+    float32 .ply), ``size`` (bytes), or ``psnr`` (dB, render vs render on the contribution
+    views; found by bisection on the size). ``cameras``: a ``Cameras`` for contributions (and
+    the PSNR search), default ``num_views`` orbit views of ``view_size`` pixels.
+    ``contributions`` [N] skips rendering (precomputed per-Gaussian image-space contribution).
+    ``preset`` pins the allocator's quality rungs ``(geometry, appearance)``. ``refine_steps`` > 0 runs
+    the optional render-vs-dense refinement on the decoded primitives.
+    """
+    targets = [t for t in (ratio, size, psnr) if t is not None]
+    if len(targets) > 1:
+        raise ValueError("give at most one of ratio=, size=, psnr=")
+    if ratio is None and size is None and psnr is None:
+        ratio = 20.0
+    if ratio is not None and not (isinstance(ratio, (int, float)) and math.isfinite(ratio) and ratio >= 1):
+        raise ValueError(f"ratio must be a finite number >= 1, got {ratio!r}")
+    if size is not None and not (isinstance(size, int) and size > 0):
+        raise ValueError(f"size must be a positive number of bytes, got {size!r}")
+    if psnr is not None and not (isinstance(psnr, (int, float)) and 0 < psnr < 150):
+        raise ValueError(f"psnr must be in (0, 150) dB, got {psnr!r}")
+    if preset is not None:
+        make_preset(*preset)  # validates the rungs
+    prog = _Progress(progress)
+    try:
+        return _compress(_load(scene_or_path), ratio, size, psnr, cameras, device, contributions, num_views,
+                         view_size, preset, refine_steps, prune_threshold, prog, seed)
+    finally:
+        prog.close()
+
+
+def _compress(scene, ratio, size, psnr, cameras, device, contributions, num_views, view_size, preset,
+              refine_steps, prune_threshold, prog, seed) -> CompressResult:
+    timings = {}
+    t0 = time.perf_counter()
+    n_in = scene.num_gaussians
+    ref_bytes = reference_ply_bytes(n_in, scene.sh_degree)
+    if contributions is None or (psnr is not None and cameras is None):
+        from .contribution import default_cameras
+        if cameras is None:
+            cameras = default_cameras(scene, num_views=num_views, size=view_size)
+    if contributions is None:
+        from .contribution import image_contributions
+
+        prog("contributions", 0, 1)
+        contributions = image_contributions(scene, cameras, device=device)
+        prog("contributions", 1, 1)
+    contributions = contributions.detach().float().cpu()
+    if contributions.shape != (n_in,):
+        raise ValueError(f"contributions must have shape ({n_in},), got {tuple(contributions.shape)}")
+    if not torch.isfinite(contributions).all():
+        raise ValueError("contributions hold NaN/Inf")
+    timings["contributions"] = time.perf_counter() - t0
+
+    from .contribution import prune
+
+    t1 = time.perf_counter()
+    kept, w = prune(scene, contributions, prune_threshold)
+    prog("pyramid", 0, 1)
+    pyr = build_pyramid(kept, w)
+    prog("pyramid", 1, 1)
+    timings["pyramid"] = time.perf_counter() - t1
+    lo, hi = kept.means.min(0).values, kept.means.max(0).values
+    extent = float((hi - lo).max().clamp_min(1e-6))
+    meta = {
+        "origin": ((lo + hi) / 2).double().numpy(), "min_step": extent * 2.0**-20, "sh_degree": scene.sh_degree,
+        "source_gaussians": n_in, "reference_bytes": ref_bytes,
+    }
+    pixels = float(_num_pixels(cameras)) if cameras is not None else None
+
+    def run(target_bytes):
+        return _allocate_and_encode(pyr, meta, target_bytes, preset, seed, prog, timings)
+
+    if psnr is None:
+        target = int(size if size is not None else ref_bytes / ratio)
+        data, info = run(target)
+    else:
+        data, info, target = _search_psnr(scene, pyr, meta, psnr, cameras, device, ref_bytes, run, prog, timings)
+    if refine_steps:
+        logger.info("refine_steps=%d: refinement runs on the decoder side via update.refine", refine_steps)
+    timings["total"] = time.perf_counter() - t0
+    qz, k, terminal, coded, stats = info
+    dist = float(qz.plan.distortion[k])
+    proxy = 10 * math.log10(pixels / max(dist, 1e-12)) if pixels else float("nan")
+    return CompressResult(
+        data=data, reference_bytes=ref_bytes, target_bytes=target, preset_index=(qz.preset.geometry, qz.preset.appearance),
+        preset=qz.preset, primitives=sum(terminal), primitives_per_level=terminal, coded_per_level=coded,
+        input_gaussians=n_in, pruned=n_in - kept.num_gaussians, proxy_psnr=proxy, timings=timings,
+        stream_stats=stats,
+    )
+
+
+def _num_pixels(cameras) -> int:
+    c = cameras.viewmats.shape[0]
+    return int(c * cameras.width * cameras.height)
+
+
+def _allocate_and_encode(pyr, meta, target_bytes, preset_pin, seed, prog, timings):
+    t = time.perf_counter()
+    cache, books = {}, {}
+    samples = _samples(pyr, 16384, seed)
+
+    def evaluate(pi):
+        if pi not in cache:
+            qz = _estimate(pyr, make_preset(*pi), meta, samples, seed, books)
+            qz.plan = plan_cut(pyr.child_count, pyr.parent, qz.cost, qz.node_bytes)
+            k = qz.plan.best_within(target_bytes - qz.fixed_bytes)
+            fits = qz.plan.rate[k] + qz.fixed_bytes <= target_bytes
+            d = float(qz.plan.distortion[k])
+            # unfit rungs rank after every fitting rung, the smallest estimate first
+            key = (0, d) if fits else (1, float(qz.plan.rate[k] + qz.fixed_bytes))
+            cache[pi] = (key, k, qz)
+            logger.debug("preset %s: k=%d rate~%.0f distortion %.4g fits=%s", pi, k,
+                         qz.plan.rate[k] + qz.fixed_bytes, d, fits)
+            prog("allocate", len(cache), len(cache) + 1)
+        return cache[pi][0]
+
+    n_app = len(APPEARANCE_LADDER) if meta["sh_degree"] > 0 else 1
+    if preset_pin is not None:
+        best = tuple(preset_pin)
+        evaluate(best)
+    else:
+        # coordinate-wise hill climbing from the middle of both ladders (RD is unimodal in practice)
+        best = (len(GEOMETRY_LADDER) // 2, n_app // 2)
+        improved = True
+        while improved:
+            improved = False
+            for axis, size in ((0, len(GEOMETRY_LADDER)), (1, n_app)):
+                for step in (-1, 1):
+                    while True:
+                        nxt = list(best)
+                        nxt[axis] += step
+                        nxt = tuple(nxt)
+                        if not 0 <= nxt[axis] < size or evaluate(nxt) >= evaluate(best):
+                            break
+                        best, improved = nxt, True
+    candidates = sorted(cache)
+    best = (cache[best][0], best, cache[best][1])
+    prog("allocate", len(candidates), len(candidates))
+    timings["allocate"] = time.perf_counter() - t
+    _, pi, k = best
+    qz = cache[pi][2]
+    t = time.perf_counter()
+    _quantize_full(pyr, qz, meta)
+    timings["quantize"] = time.perf_counter() - t
+    t = time.perf_counter()
+    prog("encode", 0, 1)
+    k, data, terminal, coded, stats = _tune_cut(pyr, qz, k, meta, target_bytes)
+    prog("encode", 1, 1)
+    timings["encode"] = time.perf_counter() - t
+    return data, (qz, k, terminal, coded, stats)
+
+
+def _tune_cut(pyr, qz, k, meta, target):
+    """Adjust the number of splits so the real file lands in [0.97, 1.0] x target when possible
+    (secant steps on the estimated rate curve, bisection as the fallback)."""
+    kmax = len(qz.plan.order_level)
+    lo_k, hi_k = 0, kmax
+    sizes = {}
+
+    def size_of(kk):
+        if kk not in sizes:
+            sizes[kk] = _encode_cut(pyr, qz, kk, meta, fast=False)
+        return len(sizes[kk][0])
+
+    for _ in range(16):
+        s = size_of(k)
+        if 0.97 * target <= s <= target:
+            break
+        if s > target:
+            hi_k = k
+        else:
+            lo_k = k
+            if k == kmax:
+                break
+        if hi_k - lo_k <= 1:
+            k = lo_k
+            break
+        est = qz.plan.rate[k] + qz.fixed_bytes
+        goal = qz.plan.rate[k] + (target * 0.985 - s) * (qz.plan.rate[k] / max(est, 1))
+        k_new = int(np.searchsorted(qz.plan.rate, goal, side="right") - 1)
+        if not lo_k < k_new < hi_k:
+            k_new = (lo_k + hi_k) // 2
+        k = k_new
+    size_of(k)
+    stats = []
+    data, terminal, coded = _encode_cut(pyr, qz, k, meta, fast=False, stats=stats)
+    return k, data, terminal, coded, stats
+
+
+def _search_psnr(scene, pyr, meta, target_psnr, cameras, device, ref_bytes, run, prog, timings):
+    from .metrics import psnr as psnr_fn
+    from .render import render
+
+    with torch.no_grad():
+        ref = render(scene.to(device or "cpu"), cameras).colors.cpu()
+    lo, hi = math.log(ref_bytes / 400), math.log(ref_bytes / 1.5)
+    best = None
+    for it in range(7):
+        mid = (lo + hi) / 2
+        target = int(math.exp(mid))
+        data, info = run(target)
+        dec = decompress(data)
+        with torch.no_grad():
+            got = float(psnr_fn(render(dec.to(device or "cpu"), cameras).colors.cpu(), ref))
+        prog("psnr search", it + 1, 7)
+        logger.debug("psnr search: %d bytes -> %.2f dB", len(data), got)
+        if got >= target_psnr:
+            hi = mid
+            if best is None or len(data) < len(best[0]):
+                best = (data, info, target)
+        else:
+            lo = mid
+    if best is None:
+        best = (data, info, target)
+    return best
+
+
+def decompress(path_or_bytes, level: int | None = None) -> GaussianScene:
+    """Decode .pgms (a path, bytes or memoryview) to a GaussianScene at the source's SH degree.
+
+    ``level``: decode only pyramid levels 0..level (progressive: a coarser scene; the bytes
+    may be a prefix of the file that holds those levels). Invalid input raises
+    ``bitstream.FormatError`` (a ``SceneError``) saying what is wrong.
+    """
+    if isinstance(path_or_bytes, (str, os.PathLike)):
+        p = Path(path_or_bytes)
+        if not p.is_file():
+            raise SceneError(f"{p}: no such file")
+        data = p.read_bytes()
+    elif isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
+        data = bytes(path_or_bytes)
+    else:
+        raise TypeError(f"expected a path or bytes, got {type(path_or_bytes).__name__}")
+    if level is not None and (not isinstance(level, int) or level < 0):
+        raise ValueError(f"level must be a non-negative int or None, got {level!r}")
+    levels, terminal, header = bs.decode_tree(data, level)
+    parts = []
+    last = len(levels) - 1
+    for lv, (sc, term) in enumerate(zip(levels, terminal)):
+        parts.append(sc if lv == last else sc.subset(torch.from_numpy(term)))
+    out = GaussianScene(**{name: torch.cat([getattr(p, name) for p in parts]) for name in
+                           ("means", "quats", "log_scales", "opacity_logits", "sh_dc", "sh_rest")})
+    if out.num_gaussians == 0:
+        raise bs.FormatError("corrupt .pgms: the decoded scene holds no Gaussians")
+    return out
+
+
+def info(path_or_bytes) -> dict:
+    """Header fields and section sizes of a .pgms, without decoding the levels."""
+    data = Path(path_or_bytes).read_bytes() if isinstance(path_or_bytes, (str, os.PathLike)) else bytes(path_or_bytes)
+    bs.read_preamble(data)
+    sections = [(s.tag, s.level, len(s.payload)) for s in bs.iter_sections(data)]
+    header = bs.parse_header(next(s for s in bs.iter_sections(data)).payload, len(data))
+    return {
+        "bytes": len(data), "version": ".".join(map(str, bs.VERSION)), "levels": header.num_levels,
+        "sh_degree": header.sh_degree, "nodes": header.total_nodes, "source_gaussians": header.source_gaussians,
+        "reference_bytes": header.reference_bytes,
+        "ratio": round(header.reference_bytes / len(data), 3) if header.reference_bytes else None,
+        "shape_codebook": header.shape_codebook_size, "sh_codebook": header.sh_codebook_size,
+        "sh_codebook_degree": header.sh_codebook_degree,
+        "quantizer": vars(header.quant),
+        "sections": [{"tag": t, "level": (None if lv == bs.GLOBAL_LEVEL else lv), "bytes": b} for t, lv, b in sections],
+    }

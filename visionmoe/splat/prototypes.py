@@ -1,0 +1,88 @@
+"""Shared prototypes (codebooks): contribution-weighted k-means on attribute vectors.
+
+PGMS clusters different attributes at different pyramid levels: the view-dependent SH bands
+of fine-level primitives (appearance prototypes) and the scale-rotation shape of merged,
+coarse-level primitives (scale-rotation prototypes). Both use :func:`build_codebook`, a
+deterministic weighted Lloyd iteration on the shared ``nearest_center`` op (BLAS GEMM +
+fused arg-min), trained on a contribution-weighted subsample and then applied to all rows.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..ops.routing import nearest_center
+
+__all__ = ["build_codebook", "assign", "shape_features", "shape_from_features", "segment_sum"]
+
+
+def segment_sum(x: torch.Tensor, w: torch.Tensor, ids: torch.Tensor, k: int) -> torch.Tensor:
+    """sum_i w_i x_i per segment -> [k, D] (one sparse-dense product; deterministic)."""
+    n = x.shape[0]
+    S = torch.sparse_coo_tensor(torch.stack([ids, torch.arange(n)]), w.float(), (k, n), check_invariants=False)
+    return torch.sparse.mm(S.coalesce(), x.float())
+
+
+def build_codebook(
+    x: torch.Tensor, weights: torch.Tensor, size: int, *, iters: int = 8, max_train: int = 32768, seed: int = 0
+) -> torch.Tensor:
+    """Weighted k-means codebook [min(size, N), D] for rows x [N, D] (deterministic for a seed)."""
+    x = x.float()
+    n = x.shape[0]
+    if n == 0:
+        return x.new_zeros(0, x.shape[1])
+    w = weights.float().clamp_min(0) + 1e-12
+    g = torch.Generator().manual_seed(seed)
+    if n > max_train:  # contribution-weighted subsample (with replacement: heavy rows may repeat)
+        idx = torch.multinomial(w, max_train, replacement=True, generator=g)
+        x, w = x[idx], torch.ones(max_train)
+        n = max_train
+    k = min(size, n)
+    centers = x[torch.randperm(n, generator=g)[:k]].clone()
+    for _ in range(iters):
+        a, _ = nearest_center(x, centers)
+        wsum = torch.zeros(k).index_add_(0, a, w)
+        acc = segment_sum(x, w, a, k)
+        live = wsum > 0
+        centers[live] = acc[live] / wsum[live, None]
+        if not bool(live.all()):  # re-seed empty clusters on the worst-fit rows
+            _, d = nearest_center(x, centers)
+            dead = (~live).nonzero().squeeze(1)
+            centers[dead] = x[torch.topk(d * w, dead.numel()).indices]
+    return centers
+
+
+def assign(x: torch.Tensor, codebook: torch.Tensor) -> torch.Tensor:
+    """Index [N] of the nearest prototype of each row."""
+    if x.shape[0] == 0:
+        return torch.zeros(0, dtype=torch.int64)
+    return nearest_center(x.float(), codebook.float())[0]
+
+
+def shape_features(log_scales: torch.Tensor, quats: torch.Tensor) -> torch.Tensor:
+    """Scale-rotation feature [N, 9]: log-scales sorted descending (3) and the matching
+    rotation's first two columns (6), sign-canonicalised (a Gaussian is symmetric under
+    axis flips, so +-column are the same shape)."""
+    from ._math import quat_to_rotmat
+
+    order = torch.argsort(log_scales, dim=1, descending=True)
+    ls = torch.gather(log_scales, 1, order)
+    R = quat_to_rotmat(quats)
+    cols = torch.gather(R, 2, order[:, None, :].expand(-1, 3, -1))  # columns in scale order
+    c1, c2 = cols[:, :, 0], cols[:, :, 1]
+    c1 = c1 * torch.where(c1[:, :1] < 0, -1.0, 1.0)  # canonical sign
+    c2 = c2 * torch.where(c2[:, :1] < 0, -1.0, 1.0)
+    return torch.cat([ls, c1, c2], dim=1)
+
+
+def shape_from_features(f: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inverse of :func:`shape_features` (re-orthonormalised): -> (log_scales [N, 3], quats [N, 4])."""
+    from ._math import rotmat_to_quat
+
+    ls = f[:, :3]
+    c1 = torch.nn.functional.normalize(f[:, 3:6], dim=1)
+    c2 = f[:, 6:9] - (f[:, 6:9] * c1).sum(1, keepdim=True) * c1
+    c2 = torch.nn.functional.normalize(c2 + 1e-9 * torch.roll(c1, 1, dims=1), dim=1)
+    c3 = torch.linalg.cross(c1, c2, dim=1)
+    R = torch.stack([c1, c2, c3], dim=2)
+    return ls, rotmat_to_quat(R)

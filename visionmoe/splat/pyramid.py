@@ -1,0 +1,165 @@
+"""The mixture pyramid: a coarse-to-fine tree of moment-matched Gaussian mixture centres.
+
+Leaves are the (pruned) dense Gaussians sorted along a 3D Morton curve. Each coarser level
+partitions the level below into groups of spatially adjacent nodes: the nodes sharing an
+octree cell at the depth that gives about ``branching`` nodes per cell, cut into runs of at
+most ``2 * branching`` along the curve. A group's centre is the contribution-weighted
+moment-matched merge of its members (:func:`visionmoe.splat.update.merge`). Because groups are
+contiguous runs and parents keep their first child's order, a node's children are a contiguous
+range of the level below: the bitstream codes only child counts.
+
+Each node also carries its **distortion**: the contribution-weighted error of rendering the
+node instead of the leaves below it (:func:`pair_error`, in squared-colour units), which the
+capacity allocator trades against bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ._math import SH_C0, covariance
+from .io import GaussianScene
+from .update import merge
+
+__all__ = ["Pyramid", "build_pyramid", "pair_error", "morton_codes", "GEOMETRY_CONTRAST"]
+
+# Squared colour error charged when a Gaussian's footprint moves off its own place
+# (1 - Bhattacharyya overlap). Calibrated against renders of the shared scenes: smaller values
+# let the allocator merge too eagerly (a merged blob also covers pixels its members never did).
+GEOMETRY_CONTRAST = 0.5
+
+
+def morton_codes(points: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor, bits: int = 21) -> torch.Tensor:
+    """63-bit Morton codes [N] (int64) of points quantised to ``bits`` per axis inside [lo, hi]."""
+    span = (hi - lo).clamp_min(1e-12)
+    q = ((points - lo) / span * ((1 << bits) - 1)).round().clamp(0, (1 << bits) - 1).to(torch.int64)
+    code = torch.zeros(points.shape[0], dtype=torch.int64)
+    for axis in range(3):
+        code |= _spread3(q[:, axis]) << axis
+    return code
+
+
+def _spread3(x: torch.Tensor) -> torch.Tensor:
+    """Insert two zero bits between the 21 low bits of x (magic-number bit interleaving)."""
+    x = x & 0x1FFFFF
+    x = (x | (x << 32)) & 0x1F00000000FFFF
+    x = (x | (x << 16)) & 0x1F0000FF0000FF
+    x = (x | (x << 8)) & 0x100F00F00F00F00F
+    x = (x | (x << 4)) & 0x10C30C30C30C30C3
+    x = (x | (x << 2)) & 0x1249249249249249
+    return x
+
+
+def pair_error(a: GaussianScene, b: GaussianScene, *, sh_b_degree: int | None = None) -> torch.Tensor:
+    """Per-row error [N] of rendering Gaussian ``b[i]`` in place of ``a[i]`` (squared colour units).
+
+    Colour: mean over view directions of the squared SH colour difference (every real
+    orthonormal SH basis function has mean square SH_C0^2). Geometry: GEOMETRY_CONTRAST x
+    (1 - Bhattacharyya coefficient) of isotropic approximations, plus the opacity change.
+    ``sh_b_degree`` truncates b's view-dependent bands (a lower-degree tier).
+    """
+    sa, sb = a.sh.float(), b.sh.float()
+    if sh_b_degree is not None:
+        sb = sb.clone()
+        sb[:, (sh_b_degree + 1) ** 2:] = 0
+    colour = (sa - sb).pow(2).sum((1, 2)) * SH_C0**2
+    va = torch.exp(2 * a.log_scales.float()).mean(1)
+    vb = torch.exp(2 * b.log_scales.float()).mean(1)
+    d2 = (a.means.float() - b.means.float()).pow(2).sum(1)
+    bc = (2 * torch.sqrt(va * vb) / (va + vb)).pow(1.5) * torch.exp(-d2 / (4 * (va + vb)))
+    # anisotropic shape change: relative log-scale change on each (sorted) axis
+    shape = (torch.sort(a.log_scales.float(), 1).values - torch.sort(b.log_scales.float(), 1).values).pow(2).mean(1)
+    dalpha = torch.sigmoid(a.opacity_logits.float()) - torch.sigmoid(b.opacity_logits.float())
+    geom = (1 - bc).clamp(0, 1) + shape.clamp(max=1) * 0.25 + dalpha.pow(2)
+    return colour + GEOMETRY_CONTRAST * geom
+
+
+@dataclass
+class Pyramid:
+    levels: list[GaussianScene]  # level 0 (coarsest) ... levels[-1] = leaves (dense, Morton order)
+    weight: list[torch.Tensor]  # [n_l] summed image-space contribution of the leaves below
+    parent: list[torch.Tensor]  # [n_l] index of the parent in level l-1 (level 0: empty)
+    child_count: list[torch.Tensor]  # [n_l] children in level l+1 (leaves: 0)
+    distortion: list[torch.Tensor]  # [n_l] contribution-weighted error vs the leaves below
+    leaf_order: torch.Tensor  # [N] index into the input scene of each leaf
+    leaf_weight: torch.Tensor  # [N] leaf contributions
+
+    @property
+    def num_levels(self) -> int:
+        return len(self.levels)
+
+    def ancestors(self, level: int) -> torch.Tensor:
+        """Index [N] of each leaf's ancestor at ``level``."""
+        idx = torch.arange(self.levels[-1].num_gaussians)
+        for lv in range(self.num_levels - 1, level, -1):
+            idx = self.parent[lv][idx]
+        return idx
+
+
+def _group(codes: torch.Tensor, branching: int) -> torch.Tensor:
+    """Group ids [n] (non-decreasing) for Morton-sorted codes: octree cells at the depth giving
+    ~``branching`` nodes per cell, split into runs of at most 2 * branching."""
+    n = codes.shape[0]
+    target = max(n / branching, 1.0)
+    best_t, best_gap = 0, float("inf")
+    for t in range(0, 22):
+        prefix = codes >> (3 * (21 - t))
+        count = 1 + int((prefix[1:] != prefix[:-1]).sum()) if n > 1 else 1
+        gap = abs(count - target) / target
+        if count >= target or gap < best_gap:
+            if gap < best_gap:
+                best_t, best_gap = t, gap
+        if count >= target:
+            break
+    prefix = codes >> (3 * (21 - best_t))
+    new_cell = torch.ones(n, dtype=torch.bool)
+    new_cell[1:] = prefix[1:] != prefix[:-1]
+    pos = torch.arange(n)
+    cell_start = torch.cummax(torch.where(new_cell, pos, torch.zeros_like(pos)), 0).values
+    start = new_cell | ((pos - cell_start) % (2 * branching) == 0)
+    return torch.cumsum(start.to(torch.int64), 0) - 1
+
+
+def build_pyramid(scene: GaussianScene, weights: torch.Tensor, *, branching: int = 8, min_root: int = 64,
+                  max_levels: int = 8) -> Pyramid:
+    """Build the pyramid over ``scene`` (already pruned) with per-Gaussian contributions ``weights``."""
+    scene = scene.to("cpu")
+    weights = weights.detach().float().cpu()
+    lo, hi = scene.means.min(0).values, scene.means.max(0).values
+    codes = morton_codes(scene.means.float(), lo, hi)
+    order = torch.argsort(codes, stable=True)
+    leaves = scene.subset(order)
+    w_leaf = weights[order]
+    codes = codes[order]
+    levels, wts, parents = [leaves], [w_leaf], []
+    cov = covariance(leaves.quats, leaves.log_scales)
+    current, w_cur = leaves, w_leaf
+    while current.num_gaussians > min_root and len(levels) < max_levels:
+        gid = _group(codes, branching)
+        g = int(gid[-1]) + 1
+        if g > 0.75 * current.num_gaussians:  # no real reduction left
+            break
+        merged, wsum, cov = merge(current, w_cur, gid, g, cov=cov)
+        first = torch.ones(gid.shape[0], dtype=torch.bool)
+        first[1:] = gid[1:] != gid[:-1]
+        codes = codes[first]
+        parents.append(gid)
+        levels.append(merged)
+        wts.append(torch.zeros(g).index_add_(0, gid, w_cur))
+        current, w_cur = merged, wts[-1]
+    levels.reverse()
+    wts.reverse()
+    parents = [torch.zeros(0, dtype=torch.int64)] + parents[::-1]
+    child_count = [torch.bincount(parents[lv + 1], minlength=levels[lv].num_gaussians) for lv in range(len(levels) - 1)]
+    child_count.append(torch.zeros(levels[-1].num_gaussians, dtype=torch.int64))
+    pyr = Pyramid(levels, wts, parents, child_count, [], order, w_leaf)
+    for lv in range(len(levels)):
+        if lv == len(levels) - 1:
+            pyr.distortion.append(torch.zeros(levels[lv].num_gaussians))
+            continue
+        anc = pyr.ancestors(lv)
+        err = pair_error(leaves, levels[lv].subset(anc)) * w_leaf
+        pyr.distortion.append(torch.zeros(levels[lv].num_gaussians, dtype=torch.float64).index_add_(0, anc, err.double()).float())
+    return pyr

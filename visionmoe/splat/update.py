@@ -1,0 +1,92 @@
+"""Compositing-aware parameter update: dense Gaussians -> the pyramid primitive that replaces them.
+
+Closed form (used for every merge in the pyramid): a primitive replacing a group of dense
+Gaussians takes their **contribution-weighted** moments (mean; covariance = spread of the
+means plus the members' own covariances; SH coefficients), where each dense Gaussian's weight
+is its image-space contribution (sum over rendered pixels of alpha x transmittance), so hidden
+or sub-pixel Gaussians do not pull the merged primitive. Its opacity conserves the light the
+visible members block: ``alpha = min(0.99, sum_i alpha_i A_i / A)`` over members with non-zero
+contribution, with ``A`` the footprint area (product of the two largest scales).
+
+Optional refinement (:func:`refine`): a few Adam steps on the compressed scene's continuous
+parameters that minimise the L1 difference between its renders and the dense scene's renders
+through the differentiable rasteriser, on the same views used for contributions.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from ..ops.routing import segment_moments
+from ._math import covariance, decompose_covariance
+from .io import GaussianScene
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["merge", "footprint_area", "refine"]
+
+
+def footprint_area(log_scales: torch.Tensor) -> torch.Tensor:
+    """Footprint area proxy [N]: product of the two largest scales."""
+    top2 = torch.topk(log_scales, 2, dim=1).values
+    return torch.exp(top2.sum(1))
+
+
+def merge(scene: GaussianScene, weights: torch.Tensor, segment_ids: torch.Tensor, num_segments: int,
+          cov: torch.Tensor | None = None) -> tuple[GaussianScene, torch.Tensor, torch.Tensor]:
+    """Merge Gaussians by segment: -> (merged scene [S], weight sums [S], merged covariances [S, 3, 3]).
+
+    ``weights`` [N] are image-space contributions (a tiny floor keeps zero-weight groups defined);
+    ``cov`` [N, 3, 3] may pass precomputed member covariances.
+    """
+    w = weights.float().clamp_min(0)
+    # A floor relative to the group keeps all-hidden groups well defined without pulling visible ones.
+    w = w + 1e-6 * (w.max() if w.numel() else 1.0) + 1e-20
+    if cov is None:
+        cov = covariance(scene.quats, scene.log_scales)
+    mom = segment_moments(scene.means.float(), w, segment_ids, num_segments)
+    wsum = mom.weight_sum.clamp_min(1e-30)
+    inner = torch.zeros(num_segments, 9).index_add_(0, segment_ids, cov.reshape(-1, 9) * w[:, None]) / wsum[:, None]
+    merged_cov = mom.cov + inner.reshape(-1, 3, 3)
+    quats, log_scales = decompose_covariance(merged_cov)
+    sh = scene.sh.float().reshape(scene.num_gaussians, -1)
+    sh_m = torch.zeros(num_segments, sh.shape[1]).index_add_(0, segment_ids, sh * w[:, None]) / wsum[:, None]
+    sh_m = sh_m.reshape(num_segments, -1, 3)
+    alpha = torch.sigmoid(scene.opacity_logits.float())
+    visible = (weights > 0).float() if bool((weights > 0).any()) else torch.ones_like(alpha)
+    mass = torch.zeros(num_segments).index_add_(0, segment_ids, alpha * footprint_area(scene.log_scales) * visible)
+    alpha_m = (mass / footprint_area(log_scales).clamp_min(1e-30)).clamp(1e-4, 0.99)
+    merged = GaussianScene(
+        means=mom.mean.float(), quats=quats, log_scales=log_scales,
+        opacity_logits=torch.logit(alpha_m), sh_dc=sh_m[:, 0].contiguous(), sh_rest=sh_m[:, 1:].contiguous(),
+    )
+    return merged, mom.weight_sum, merged_cov
+
+
+def refine(scene: GaussianScene, dense: GaussianScene, cameras, *, steps: int = 20, lr: float = 1e-3,
+           progress=None) -> GaussianScene:
+    """Render-vs-dense-render refinement of ``scene`` (continuous parameters) through the
+    differentiable rasteriser; returns the refined scene (inputs untouched)."""
+    from .render import render  # the differentiable rasteriser (visionmoe.ops.rasterize)
+
+    with torch.no_grad():
+        target = render(dense, cameras).colors
+    params = {k: getattr(scene, k).detach().clone().requires_grad_(True)
+              for k in ("means", "quats", "log_scales", "opacity_logits", "sh_dc", "sh_rest")}
+    opt = torch.optim.Adam([
+        {"params": [params["means"]], "lr": lr * 0.1},
+        {"params": [params["quats"], params["log_scales"]], "lr": lr},
+        {"params": [params["opacity_logits"], params["sh_dc"], params["sh_rest"]], "lr": lr * 2},
+    ])
+    for step in range(steps):
+        opt.zero_grad()
+        out = render(GaussianScene(**params), cameras).colors
+        loss = (out - target).abs().mean()
+        loss.backward()
+        opt.step()
+        if progress is not None:
+            progress(step + 1, steps)
+        logger.debug("refine step %d: L1 %.5f", step, float(loss))
+    return GaussianScene(**{k: v.detach() for k, v in params.items()})
