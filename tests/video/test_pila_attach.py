@@ -283,3 +283,24 @@ def test_residual_guidance_in_pipeline():
         attach_pila(pipe, a, residual_guidance=-1.0)
     detach_pila(pipe)
     assert torch.equal(run(pipe, **size), base)
+
+
+def test_batched_prompts_get_their_own_priors():
+    pipe = load_tiny_wan("2.1")
+    c = attach_pila(pipe, adapter())
+    out = pipe(
+        prompt=["water pours into a glass", "smoke rises slowly"],
+        negative_prompt="",
+        height=32,
+        width=32,
+        num_frames=5,
+        num_inference_steps=1,
+        num_videos_per_prompt=2,
+        generator=torch.Generator().manual_seed(0),
+        output_type="latent",
+        max_sequence_length=16,
+    ).frames
+    assert out.shape[0] == 4 and torch.isfinite(out).all()
+    assert [p.categories for p in c.priors] == [("liquid",), ("gas",)]
+    mask = c.category_mask(4, None, "cpu")  # prompt-major, like Wan's prompt embeddings
+    assert mask.tolist() == [[False, False, True, False, False, False]] * 2 + [[False, False, False, True, False, False]] * 2
