@@ -229,7 +229,8 @@ def backbone_velocity(pipe, x_t: torch.Tensor, sigma: torch.Tensor, text: torch.
             if not bool(sel.any()):
                 continue
             dt = next(m.parameters()).dtype
-            v = m(hidden_states=x_t[sel].to(dt), timestep=t[sel].to(dt), encoder_hidden_states=text[sel].to(dt),
+            # timesteps stay float32 as in WanPipeline (bf16 cannot hold 999 exactly)
+            v = m(hidden_states=x_t[sel].to(dt), timestep=t[sel].float(), encoder_hidden_states=text[sel].to(dt),
                   return_dict=False)[0]
             out[sel] = v.to(out.dtype)
     return out
@@ -438,8 +439,18 @@ def train(cfg: TrainConfig, *, progress: bool = False, log_callback: Optional[Ca
         m = getattr(pipe, name, None)
         if m is not None:
             m.requires_grad_(False).eval()
-    pipe.to(device)
+    # the VAE and text encoder are needed only to build the cache; training needs the transformer(s)
+    encoders = [m for m in (getattr(pipe, "vae", None), getattr(pipe, "text_encoder", None)) if m is not None]
+    if cfg.data is not None and accelerator.is_main_process:
+        for m in encoders:
+            m.to(device)
     report = prepare_cache(cfg, pipe, accelerator, progress=progress and accelerator.is_main_process)
+    if device.type != "cpu":
+        for m in encoders:
+            m.to("cpu")
+    for name in ("transformer", "transformer_2"):
+        if getattr(pipe, name, None) is not None:
+            getattr(pipe, name).to(device)
     dataset = LatentCache(cfg.cache_dir)
     cc = dataset.config
     if (cc["num_frames"], cc["height"], cc["width"]) != (cfg.num_frames, cfg.height, cfg.width):
