@@ -65,7 +65,7 @@ def main(argv=None):
     names = sorted(f for f in os.listdir(a.videos) if f.lower().endswith(VIDEO_EXT))
     if not names:
         p.error(f"no videos ({', '.join(VIDEO_EXT)}) in {a.videos}")
-    rows, failed = [], 0
+    rows, failed, readable = [], 0, []
     try:
         from tqdm import tqdm
     except ImportError:  # pragma: no cover
@@ -79,6 +79,7 @@ def main(argv=None):
                              (" [dropped]", M.drop_frames(frames))]
             for tag, fr in variants:
                 rows.append({"video": name + tag, **M.score_video(fr)})
+            readable.append(name)
         except Exception as e:  # a bad file is reported, never stops the table
             failed += 1
             print(f"skipped {name}: {e}", file=sys.stderr)
@@ -119,6 +120,8 @@ def main(argv=None):
             p.error("--export-dir is needed with --phygenbench-prompts / --videophy2-prompts")
         mapping = {}
         for i, name in enumerate(names):
+            if name not in readable:  # unreadable videos are not exported
+                continue
             m = re.search(r"\d+", name)
             mapping[int(m.group()) if m else i] = os.path.join(a.videos, name)
         if a.phygenbench_prompts:

@@ -108,3 +108,31 @@ def test_exports(tmp_path):
         M.export_phygenbench(str(pj), {5: str(vid)}, str(tmp_path / "x"))
     with pytest.raises(FileNotFoundError):
         M.export_videophy2(str(tmp_path / "missing.csv"), {}, str(tmp_path / "y"))
+
+
+def test_eval_physics_script(tmp_path, capsys):
+    import importlib.util
+
+    from visionmoe.video.synthetic import write_video
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    spec = importlib.util.spec_from_file_location("eval_physics", os.path.join(root, "scripts", "eval_physics.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    vids = tmp_path / "videos"
+    vids.mkdir()
+    write_video(str(vids / "0_free_fall.mp4"), generate_clip("free_fall", 1).frames)
+    write_video(str(vids / "1_bounce.mp4"), generate_clip("bounce", 1).frames)
+    (vids / "2_broken.mp4").write_bytes(b"nope")
+    prompts = tmp_path / "prompts.json"
+    prompts.write_text(json.dumps([{"caption": "a ball falls"}, {"caption": "a ball bounces"}, {"caption": "x"}]))
+    assert mod.main([str(vids), "--controls", "--csv", str(tmp_path / "t.csv"), "--out", str(tmp_path / "t.md"),
+                     "--phygenbench-prompts", str(prompts), "--export-dir", str(tmp_path / "exp")]) == 0
+    rows = list(csv.DictReader(open(tmp_path / "t.csv")))
+    by = {r["video"]: r for r in rows}
+    assert by["0_free_fall.mp4"]["gravity_physical"] == "True"
+    assert by["0_free_fall.mp4 [shuffled]"]["gravity_physical"] == "False"
+    assert float(by["mean [shuffled] (n=2)"]["accel_inconsistency"]) > 3 * float(by["mean (n=2)"]["accel_inconsistency"])
+    assert "1 video(s) could not be read" in capsys.readouterr().err
+    assert sorted(os.listdir(tmp_path / "exp" / "phygenbench")) == ["output_video_1.mp4", "output_video_2.mp4",
+                                                                     "prompts.json"]
