@@ -34,6 +34,7 @@ from .io import SceneError
 MAGIC = b"\x89PGMS\r\n\x1a"
 VERSION = (1, 0)
 SECTION_HEADER = struct.Struct("<4sBBHI")  # tag, level, reserved, reserved, length
+STREAM_HEAD = struct.Struct("<BBBBIQI")  # kind, coder, width, pad, n, alphabet, coded size
 GLOBAL_LEVEL = 0xFF
 MAX_SECTION_BYTES = 1 << 31
 MAX_SYMBOLS = 1 << 30
@@ -189,7 +190,8 @@ def _lzma_decompress(b: bytes, size: int) -> bytes:
 def _rans_encode(u: np.ndarray, alphabet: int) -> bytes:
     import constriction
 
-    counts = np.bincount(u.astype(np.int64), minlength=alphabet).astype(np.uint32)
+    # the model needs two symbols at least (a one-symbol alphabet gets a zero-count second one)
+    counts = np.bincount(u.astype(np.int64), minlength=max(alphabet, 2)).astype(np.uint32)
     model = constriction.stream.model.Categorical(counts.astype(np.float64) / counts.sum(), perfect=False)
     coder = constriction.stream.stack.AnsCoder()
     coder.encode_reverse(u.astype(np.int32), model)
@@ -206,7 +208,7 @@ def _rans_decode(b: bytes, n: int, alphabet: int) -> np.ndarray:
     (tlen,) = struct.unpack_from("<I", b, 0)
     if 4 + tlen > len(b):
         raise FormatError(f"rANS table declares {tlen} bytes, {len(b) - 4} remain")
-    counts = np.frombuffer(_zstd_decompress(b[4: 4 + tlen], 4 * alphabet), dtype="<u4").astype(np.float64)
+    counts = np.frombuffer(_zstd_decompress(b[4: 4 + tlen], 4 * max(alphabet, 2)), dtype="<u4").astype(np.float64)
     total = counts.sum()
     if total <= 0:
         raise FormatError("rANS model has no nonzero counts")
@@ -225,7 +227,7 @@ def _rans_decode(b: bytes, n: int, alphabet: int) -> np.ndarray:
 def encode_ints(values: np.ndarray, *, coders: tuple[int, ...] = (CODER_RAW, CODER_ZSTD, CODER_LZMA, CODER_RANS)) -> bytes:
     """Code a signed integer array with whichever coder is smallest (ties: lowest coder id).
 
-    Stream layout: kind u8 (0) | coder u8 | width u8 | pad u8 | n u32 | alphabet u32 | size u32 | bytes.
+    Stream layout: kind u8 (0) | coder u8 | width u8 | pad u8 | n u32 | alphabet u64 | size u32 | bytes.
     ``alphabet`` is max(zigzag(values)) + 1; ``size`` is the coded byte count.
     """
     v = np.asarray(values).reshape(-1)
@@ -245,7 +247,7 @@ def encode_ints(values: np.ndarray, *, coders: tuple[int, ...] = (CODER_RAW, COD
             candidates[CODER_RANS] = _rans_encode(u, alphabet)
     coder = min(candidates, key=lambda c: (len(candidates[c]), c))
     body = candidates[coder]
-    return struct.pack("<BBBBIII", KIND_INT, coder, width, 0, v.size, alphabet, len(body)) + body
+    return STREAM_HEAD.pack(KIND_INT, coder, width, 0, v.size, alphabet, len(body)) + body
 
 
 def encode_floats(values: np.ndarray, *, half: bool = True) -> bytes:
@@ -258,7 +260,7 @@ def encode_floats(values: np.ndarray, *, half: bool = True) -> bytes:
     z = _zstd_compress(raw) if v.size else raw
     coder, body = (CODER_ZSTD, z) if len(z) < len(raw) else (CODER_RAW, raw)
     kind = KIND_F16 if half else KIND_F32
-    return struct.pack("<BBBBIII", kind, coder, width, 0, v.size, 0, len(body)) + body
+    return STREAM_HEAD.pack(kind, coder, width, 0, v.size, 0, len(body)) + body
 
 
 class StreamWriter:
@@ -289,10 +291,11 @@ class StreamReader:
         self.b, self.pos, self.where = payload, 0, where
 
     def _head(self, name: str):
-        if self.pos + 16 > len(self.b):
-            raise FormatError(f"{self.where}: stream {name!r} truncated (needs 16 header bytes, {len(self.b) - self.pos} remain)")
-        kind, coder, width, pad, n, alphabet, size = struct.unpack_from("<BBBBIII", self.b, self.pos)
-        self.pos += 16
+        if self.pos + STREAM_HEAD.size > len(self.b):
+            raise FormatError(f"{self.where}: stream {name!r} truncated (needs {STREAM_HEAD.size} header bytes, "
+                              f"{len(self.b) - self.pos} remain)")
+        kind, coder, width, pad, n, alphabet, size = STREAM_HEAD.unpack_from(self.b, self.pos)
+        self.pos += STREAM_HEAD.size
         if pad or coder not in CODER_NAMES or width not in (1, 2, 4, 8) or n >= MAX_SYMBOLS:
             raise FormatError(f"{self.where}: stream {name!r} has an invalid header (coder {coder}, width {width}, n {n})")
         if self.pos + size > len(self.b):
@@ -645,7 +648,7 @@ def read_container(data: bytes | memoryview, max_level: int | None = None):
             if max_level is not None and len(levels) > max_level:
                 return header, books, levels
         elif sec.tag == "END0":
-            break
+            continue  # the iterator then checks that nothing follows
         else:
             raise FormatError(f"corrupt .pgms: unknown section {sec.tag!r}")
     if len(levels) != header.num_levels:

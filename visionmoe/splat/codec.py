@@ -283,7 +283,7 @@ class _Progress:
         elif progress:
             from tqdm.auto import tqdm
 
-            self.bar = tqdm(total=6, desc="pgms", unit="step", leave=False)
+            self.bar = tqdm(total=4, desc="pgms", unit="step", leave=False)
 
     def __call__(self, stage: str, done: int, total: int):
         if self.fn is not None:
