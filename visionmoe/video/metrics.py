@@ -30,8 +30,8 @@ import logging
 import math
 import os
 import shutil
-from dataclasses import asdict, dataclass, field
-from typing import Dict, Iterable, List, Optional, Sequence
+from dataclasses import asdict, dataclass
+from typing import Dict, List, Optional
 
 import numpy as np
 
@@ -58,7 +58,6 @@ __all__ = [
 def _cv2():
     import cv2
 
-    cv2.setNumThreads(1)
     return cv2
 
 
