@@ -137,6 +137,7 @@ def test_balanced_routing_has_unit_aux_loss():
          r"prior_mask must have shape \(3,\) or \(4, 3\), got \(5,\)"),
         (lambda: ops.topk_route(torch.randn(4, 3), 1, torch.ones(3)), TypeError, "prior_mask must have dtype in \\(bool\\)"),
         (lambda: ops.topk_route([[1.0]], 1), TypeError, "logits must be a torch.Tensor"),
+        (lambda: ops.topk_route(torch.tensor([[0.0, 1.0], [float("nan"), 0.0]]), 1), ValueError, "logits contain NaN .*token 1"),
     ],
 )
 def test_topk_route_bad_arguments(call, exc, pattern):

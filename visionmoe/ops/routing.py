@@ -126,6 +126,9 @@ def topk_route(
         raise ValueError("logits must have at least one expert column, got shape (T, 0)")
     if not isinstance(k, int) or not 1 <= k <= E:
         raise ValueError(f"k must be an int in [1, {E}] (the number of experts), got {k!r}")
+    if T and bool(torch.isnan(logits).any()):
+        token = int(torch.isnan(logits).any(dim=1).nonzero()[0, 0])
+        raise ValueError(f"logits contain NaN (first at token {token}); check the router's inputs and weights")
     mask = expand_prior_mask(prior_mask, logits)
     weights, indices, probs, lse = _TopkRoute.apply(logits, mask, k, bool(normalize))
     aux, z = router_losses(probs, indices, lse)
