@@ -227,7 +227,8 @@ def decode_video(path: str, num_frames: int, height: int, width: int, *, fps: Op
         finally:
             reader.close()
     except Exception as e:
-        raise VideoDecodeError(f"cannot decode {path}: {type(e).__name__}: {e}") from None
+        first = next((l.strip() for l in str(e).splitlines() if l.strip()), "")  # not ffmpeg's whole log
+        raise VideoDecodeError(f"cannot decode {path}: {type(e).__name__}: {first}") from None
     if not frames:
         raise VideoDecodeError(f"cannot decode {path}: no frames")
     if (start is not None or end is not None or fps is not None) and src_fps is None:
