@@ -1,0 +1,265 @@
+"""PGMS subcommands of ``visionmoe-splat``: compress, decompress, eval, info.
+
+Registered in ``cli.SUBCOMMANDS``; each ``cmd_*`` returns an exit status and raises
+``CLIError`` (or a library error) for bad input, which ``cli.main`` prints as one line
+with exit status 2. Outputs are written atomically and never over an input file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from .cli import CLIError, _positive_int, atomic_write_bytes
+
+__all__ = ["PGMS_SUBCOMMANDS"]
+
+
+def _size(text: str) -> int:
+    units = {"k": 1000, "m": 1000**2, "g": 1000**3, "kb": 1000, "mb": 1000**2, "kib": 1024, "mib": 1024**2}
+    t = text.strip().lower()
+    num = t.rstrip("abgikm")
+    unit = t[len(num):]
+    try:
+        value = float(num) * (units[unit] if unit else 1)
+    except (ValueError, KeyError):
+        raise argparse.ArgumentTypeError(f"expected a size like 250000, 250k or 1.5M, got {text!r}") from None
+    if not value >= 1:
+        raise argparse.ArgumentTypeError(f"expected a positive size, got {text!r}")
+    return int(value)
+
+
+def _ratio(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 1 like 20, got {text!r}") from None
+    if not value >= 1 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 1 like 20, got {text!r}")
+    return value
+
+
+def _psnr(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected dB like 38, got {text!r}") from None
+    if not 0 < value < 150:
+        raise argparse.ArgumentTypeError(f"expected dB in (0, 150), got {text!r}")
+    return value
+
+
+def _preset(text: str) -> tuple[int, int]:
+    try:
+        g, a = (int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected two rungs like 4,4 (geometry,appearance), got {text!r}") from None
+    return g, a
+
+
+def _add_target(p) -> None:
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--ratio", type=_ratio, help="target compression ratio against the native-degree float32 .ply (default 20)")
+    g.add_argument("--size", type=_size, help="target file size in bytes (suffixes k, M)")
+    g.add_argument("--psnr", type=_psnr, help="target PSNR in dB on the contribution views (bisection on size; slower)")
+    p.add_argument("--views", type=_positive_int, default=16, help="orbit views for contributions (default 16)")
+    p.add_argument("--view-size", type=_positive_int, default=256, help="contribution view size in pixels (default 256)")
+    p.add_argument("--cameras", help="INRIA cameras.json to use instead of orbit views")
+    p.add_argument("--device", default=None, help="device for rendering contributions (cpu, cuda; default: cuda if present)")
+    p.add_argument("--preset", type=_preset, default=None, help="pin the allocator's rungs geometry,appearance (e.g. 4,4)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def _compress(args, scene):
+    from .cameras import load_cameras_json
+    from .codec import compress
+
+    cameras = None
+    if args.cameras:
+        cameras = load_cameras_json(args.cameras, width=args.view_size, height=args.view_size)
+    return compress(
+        scene, ratio=args.ratio, size=args.size, psnr=args.psnr, cameras=cameras, device=args.device,
+        num_views=args.views, view_size=args.view_size, preset=args.preset, progress=not args.quiet,
+    )
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve()
+    except OSError:
+        return False
+
+
+def _check_io(inp: Path, out: Path, suffix: str) -> None:
+    if not inp.is_file():
+        raise CLIError(f"input file {inp} does not exist")
+    if _same_file(inp, out):
+        raise CLIError(f"output {out} is the input file; choose another path")
+    if out.exists() and out.is_dir():
+        raise CLIError(f"output {out} is a folder; give a {suffix} file path")
+    if not out.parent.exists():
+        raise CLIError(f"output folder {out.parent} does not exist")
+
+
+# ----------------------------------------------------------------------------- compress
+
+
+def add_compress_parser(subparsers) -> None:
+    p = subparsers.add_parser("compress", help="compress a .ply scene to .pgms",
+                              description="Compress a 3DGS .ply to a rate-controlled PGMS bitstream (.pgms).")
+    p.add_argument("scene", help="input scene, INRIA-layout .ply")
+    p.add_argument("-o", "--out", required=True, help="output .pgms path")
+    _add_target(p)
+    p.add_argument("--drop-nonfinite", action="store_true", help="drop Gaussians with NaN/Inf values instead of failing")
+    p.set_defaults(func=cmd_compress)
+
+
+def cmd_compress(args) -> int:
+    from .io import read_ply
+
+    inp, out = Path(args.scene), Path(args.out)
+    _check_io(inp, out, ".pgms")
+    scene = read_ply(inp, nonfinite="drop" if args.drop_nonfinite else "reject")
+    t = time.perf_counter()
+    res = _compress(args, scene)
+    elapsed = time.perf_counter() - t
+    atomic_write_bytes(out, res.data)
+    g, a = res.preset_index
+    print(f"wrote {out}: {res.nbytes} bytes, {res.ratio:.2f}x vs float32 .ply ({res.reference_bytes} bytes), "
+          f"{res.primitives} primitives from {res.input_gaussians} Gaussians, preset {g},{a}, {elapsed:.1f} s")
+    return 0
+
+
+# ----------------------------------------------------------------------------- decompress
+
+
+def add_decompress_parser(subparsers) -> None:
+    p = subparsers.add_parser("decompress", help="decode a .pgms to a .ply",
+                              description="Decode a .pgms bitstream to an INRIA-layout .ply (any 3DGS viewer reads it).")
+    p.add_argument("input", help="input .pgms")
+    p.add_argument("-o", "--out", required=True, help="output .ply path")
+    p.add_argument("--level", type=int, default=None, help="decode only pyramid levels 0..LEVEL (coarser scene)")
+    p.set_defaults(func=cmd_decompress)
+
+
+def cmd_decompress(args) -> int:
+    from .codec import decompress
+    from .io import write_ply
+
+    inp, out = Path(args.input), Path(args.out)
+    _check_io(inp, out, ".ply")
+    if args.level is not None and args.level < 0:
+        raise CLIError(f"--level must be >= 0, got {args.level}")
+    t = time.perf_counter()
+    scene = decompress(inp, level=args.level)
+    elapsed = time.perf_counter() - t
+    write_ply(scene, out)
+    print(f"wrote {out}: {scene.num_gaussians} Gaussians, SH degree {scene.sh_degree}, decoded in {elapsed:.2f} s")
+    return 0
+
+
+# ----------------------------------------------------------------------------- eval
+
+
+def add_eval_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "eval", help="size, ratio, PSNR/SSIM of a compression against the original",
+        description="Compare a .pgms (or a compression made now, from the target options) with the original .ply: "
+                    "size, ratio against the native-degree float32 .ply, PSNR and SSIM on the same orbit views, "
+                    "encode and decode time.")
+    p.add_argument("scene", help="original scene, INRIA-layout .ply")
+    p.add_argument("compressed", nargs="?", help=".pgms to evaluate (default: compress now with the target options)")
+    _add_target(p)
+    p.add_argument("--eval-views", type=_positive_int, default=16, help="orbit views to compare (default 16)")
+    p.add_argument("--eval-size", type=_positive_int, default=512, help="comparison view size in pixels (default 512)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    p.set_defaults(func=cmd_eval)
+
+
+def cmd_eval(args) -> int:
+    import torch
+
+    from .cameras import orbit_cameras
+    from .codec import decompress, reference_ply_bytes
+    from .io import read_ply
+    from .metrics import psnr, ssim
+    from .render import render
+
+    inp = Path(args.scene)
+    if not inp.is_file():
+        raise CLIError(f"input file {inp} does not exist")
+    scene = read_ply(inp)
+    encode_s = None
+    if args.compressed:
+        cp = Path(args.compressed)
+        if not cp.is_file():
+            raise CLIError(f"compressed file {cp} does not exist")
+        data = cp.read_bytes()
+    else:
+        t = time.perf_counter()
+        data = _compress(args, scene).data
+        encode_s = time.perf_counter() - t
+    t = time.perf_counter()
+    dec = decompress(data)
+    decode_s = time.perf_counter() - t
+    cams = orbit_cameras(scene, num_views=args.eval_views, width=args.eval_size, height=args.eval_size)
+    with torch.no_grad():
+        ref = torch.cat([render(scene, cams[i]).colors for i in range(len(cams))])
+        out = torch.cat([render(dec, cams[i]).colors for i in range(len(cams))])
+    ref_bytes = reference_ply_bytes(scene.num_gaussians, scene.sh_degree)
+    result = {
+        "bytes": len(data), "reference_bytes": ref_bytes, "ratio": round(ref_bytes / len(data), 3),
+        "psnr_db": round(float(psnr(out, ref)), 3), "ssim": round(float(ssim(out, ref)), 5),
+        "gaussians": scene.num_gaussians, "primitives": dec.num_gaussians,
+        "encode_s": None if encode_s is None else round(encode_s, 3), "decode_s": round(decode_s, 3),
+        "views": f"{len(cams)} orbit views at {args.eval_size}x{args.eval_size}",
+    }
+    if args.json:
+        print(json.dumps(result))
+    else:
+        enc = "" if encode_s is None else f", encode {encode_s:.1f} s"
+        print(f"{result['bytes']} bytes, {result['ratio']:.2f}x vs float32 .ply; PSNR {result['psnr_db']:.2f} dB, "
+              f"SSIM {result['ssim']:.4f} ({result['views']}); {dec.num_gaussians} primitives"
+              f"{enc}, decode {decode_s:.2f} s")
+    return 0
+
+
+# ----------------------------------------------------------------------------- info
+
+
+def add_info_parser(subparsers) -> None:
+    p = subparsers.add_parser("info", help="header and sections of a .pgms",
+                              description="Print a .pgms file's header fields and section sizes (checks every checksum).")
+    p.add_argument("input", help="input .pgms")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_info)
+
+
+def cmd_info(args) -> int:
+    from .codec import info
+
+    inp = Path(args.input)
+    if not inp.is_file():
+        raise CLIError(f"input file {inp} does not exist")
+    meta = info(inp)
+    if args.json:
+        print(json.dumps(meta))
+        return 0
+    print(f"{inp}: PGMS {meta['version']}, {meta['bytes']} bytes"
+          + (f", {meta['ratio']:.2f}x vs float32 .ply" if meta["ratio"] else ""))
+    print(f"  {meta['nodes']} coded nodes in {meta['levels']} levels from {meta['source_gaussians']} Gaussians, "
+          f"SH degree {meta['sh_degree']}")
+    print(f"  prototypes: scale-rotation {meta['shape_codebook']}, appearance {meta['sh_codebook']} "
+          f"(degree {meta['sh_codebook_degree']})")
+    q = meta["quantizer"]
+    print(f"  quantiser: pos_rel {q['pos_rel']:.3g}, dc_step {q['dc_step']:.3g}, ls_step {q['ls_step']:.3g}, "
+          f"opacity {q['op_bits']} bits, rotation {q['rot_bits']} bits")
+    for s in meta["sections"]:
+        where = "" if s["level"] is None else f" level {s['level']}"
+        print(f"  section {s['tag']}{where}: {s['bytes']} bytes")
+    return 0
+
+
+PGMS_SUBCOMMANDS = [add_compress_parser, add_decompress_parser, add_eval_parser, add_info_parser]
