@@ -131,6 +131,35 @@ def test_resume_continues_where_it_stopped(tmp_path, cache, pipe):
         train(TrainConfig(output_dir=str(tmp_path / "b"), max_steps=5, **{**kw, "stage": 2}), pipe=pipe)
 
 
+def test_bf16_backbone_and_wan22(tmp_path, cache):
+    """Mixed precision runs the frozen backbone in bf16 (the adapter stays float32); the Wan 2.2
+    layout (two transformers split at the boundary) trains too."""
+    cache_dir, _ = cache
+    res = train(TrainConfig(stage=3, output_dir=str(tmp_path / "bf"), cache_dir=cache_dir, max_steps=1,
+                            mixed_precision="bf16", model="tiny", **SMALL))
+    assert torch.isfinite(torch.tensor(res.history[-1]["flow"]))
+    res = train(TrainConfig(stage=3, output_dir=str(tmp_path / "w22"), cache_dir=cache_dir, max_steps=1,
+                            model="tiny-2.2", **SMALL))
+    assert torch.isfinite(torch.tensor(res.history[-1]["flow"]))
+
+
+def test_backbone_velocity_switches_transformers_at_the_boundary():
+    from visionmoe.video.tiny import load_tiny_wan
+    from visionmoe.video.train import backbone_velocity
+
+    pipe = load_tiny_wan("2.2")
+    x = torch.randn(2, 16, 3, 6, 6)
+    text = torch.randn(2, 5, 32)
+    sigma = torch.tensor([0.95, 0.3])  # boundary_ratio 0.875: high-noise model, then low-noise model
+    v = backbone_velocity(pipe, x, sigma, text)
+    with torch.no_grad():
+        hi = pipe.transformer(hidden_states=x[:1], timestep=sigma[:1] * 1000, encoder_hidden_states=text[:1],
+                              return_dict=False)[0]
+        lo = pipe.transformer_2(hidden_states=x[1:], timestep=sigma[1:] * 1000, encoder_hidden_states=text[1:],
+                                return_dict=False)[0]
+    torch.testing.assert_close(v, torch.cat([hi, lo]))
+
+
 def _script_main():
     import importlib.util
 

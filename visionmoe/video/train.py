@@ -85,7 +85,7 @@ class TrainConfig:
     weight_decay: float = 0.0
     warmup_steps: int = 0
     max_grad_norm: float = 1.0
-    mixed_precision: str = "no"  # "no", "bf16", "fp16" (fp16 needs CUDA)
+    mixed_precision: str = "no"  # frozen backbone in "bf16" / "fp16" (CUDA) / float32 ("no"); the adapter trains in float32
     cpu: bool = False  # force CPU (also automatic for several processes on a machine without CUDA)
     seed: int = 0
     # noise levels: sigma = shift * u / (1 + (shift - 1) * u), u ~ U(0, 1) or logit-normal
@@ -198,6 +198,9 @@ def load_backbone(model: str, dtype: torch.dtype = torch.float32):
         from .tiny import load_tiny_wan
 
         pipe = load_tiny_wan("2.2" if model.endswith("2.2") else "2.1")
+        for name in ("transformer", "transformer_2"):
+            if getattr(pipe, name, None) is not None:
+                getattr(pipe, name).to(dtype)
     else:
         from diffusers import WanPipeline
 
@@ -419,9 +422,12 @@ def train(cfg: TrainConfig, *, progress: bool = False, log_callback: Optional[Ca
     # Several processes without CUDA (``accelerate launch --multi_gpu`` / ``torchrun`` on a CPU
     # machine): without cpu=True accelerate would run them as independent single processes.
     cpu = cfg.cpu or (not torch.cuda.is_available() and int(os.environ.get("WORLD_SIZE", "1")) > 1)
+    # Mixed precision = the frozen backbone's weights and compute in bf16/fp16 (nearly all the
+    # FLOPs); the adapter (a few % of them) keeps float32 weights, compute and gradients, so
+    # no loss scaling is needed and accelerate's autocast wrapping is not used.
     accelerator = Accelerator(
         cpu=cpu,
-        mixed_precision=cfg.mixed_precision,
+        mixed_precision="no",
         gradient_accumulation_steps=cfg.gradient_accumulation_steps,
         log_with=None if cfg.report_to == "none" else cfg.report_to,
         project_config=ProjectConfiguration(project_dir=cfg.output_dir, logging_dir=os.path.join(cfg.output_dir, "logs")),
@@ -509,8 +515,7 @@ def train(cfg: TrainConfig, *, progress: bool = False, log_callback: Optional[Ca
             batch = collate(items)
             gen = torch.Generator().manual_seed(_mix(cfg.seed, 7, micro, rank))
             with accelerator.accumulate(model):
-                with accelerator.autocast():
-                    L = stage_losses(model, raw, pipe, batch, cfg, gen, device)
+                L = stage_losses(model, raw, pipe, batch, cfg, gen, device)
                 # experts that no token chose this step still take part (zero gradient), so
                 # DistributedDataParallel sees every trainable parameter in every step
                 touch = sum(p_.sum() for p_ in params) * 0.0
