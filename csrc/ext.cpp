@@ -65,5 +65,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 #ifdef WITH_CUDA
   auto cuda = m.def_submodule("cuda", "CUDA kernels");
   VM_BIND_ROUTING(cuda, visionmoe::cuda)
+  VM_BIND_RASTER(cuda, visionmoe::cuda)
 #endif
 }

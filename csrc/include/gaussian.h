@@ -16,6 +16,15 @@
 namespace visionmoe {
 namespace gs {
 
+#if !defined(__CUDACC__)
+// Host code: float overloads (the C functions found otherwise would compute in double).
+using std::ceil;
+using std::exp;
+using std::floor;
+using std::log;
+using std::sqrt;
+#endif
+
 constexpr int kTile = 16;            // tile edge in pixels
 constexpr double kAlphaMin = 1.0 / 255.0;  // alpha below this is skipped
 constexpr double kAlphaMax = 0.99;         // alpha cap
@@ -351,10 +360,11 @@ VM_HD void project_vjp(const Camera<T>& cam, const T* mean, const T* quat, const
 
 constexpr double kC0 = 0.28209479177387814;
 constexpr double kC1 = 0.4886025119029199;
-constexpr double kC2[5] = {1.0925484305920792, -1.0925484305920792, 0.31539156525252005, -1.0925484305920792,
-                           0.5462742152960396};
-constexpr double kC3[7] = {-0.5900435899266435, 2.890611442640554, -0.4570457994644658, 0.3731763325901154,
-                           -0.4570457994644658, 1.445305721320277, -0.5900435899266435};
+constexpr double kC2_0 = 1.0925484305920792, kC2_1 = -1.0925484305920792, kC2_2 = 0.31539156525252005,
+                 kC2_3 = -1.0925484305920792, kC2_4 = 0.5462742152960396;
+constexpr double kC3_0 = -0.5900435899266435, kC3_1 = 2.890611442640554, kC3_2 = -0.4570457994644658,
+                 kC3_3 = 0.3731763325901154, kC3_4 = -0.4570457994644658, kC3_5 = 1.445305721320277,
+                 kC3_6 = -0.5900435899266435;
 
 // Real SH basis at the unit direction (x, y, z), first (degree+1)^2 entries.
 template <typename T>
@@ -366,19 +376,19 @@ VM_HD void sh_basis(int degree, T x, T y, T z, T* b) {
   b[3] = -T(kC1) * x;
   if (degree < 2) return;
   const T xx = x * x, yy = y * y, zz = z * z, xy = x * y, yz = y * z, xz = x * z;
-  b[4] = T(kC2[0]) * xy;
-  b[5] = T(kC2[1]) * yz;
-  b[6] = T(kC2[2]) * (2 * zz - xx - yy);
-  b[7] = T(kC2[3]) * xz;
-  b[8] = T(kC2[4]) * (xx - yy);
+  b[4] = T(kC2_0) * xy;
+  b[5] = T(kC2_1) * yz;
+  b[6] = T(kC2_2) * (2 * zz - xx - yy);
+  b[7] = T(kC2_3) * xz;
+  b[8] = T(kC2_4) * (xx - yy);
   if (degree < 3) return;
-  b[9] = T(kC3[0]) * y * (3 * xx - yy);
-  b[10] = T(kC3[1]) * xy * z;
-  b[11] = T(kC3[2]) * y * (4 * zz - xx - yy);
-  b[12] = T(kC3[3]) * z * (2 * zz - 3 * xx - 3 * yy);
-  b[13] = T(kC3[4]) * x * (4 * zz - xx - yy);
-  b[14] = T(kC3[5]) * z * (xx - yy);
-  b[15] = T(kC3[6]) * x * (xx - 3 * yy);
+  b[9] = T(kC3_0) * y * (3 * xx - yy);
+  b[10] = T(kC3_1) * xy * z;
+  b[11] = T(kC3_2) * y * (4 * zz - xx - yy);
+  b[12] = T(kC3_3) * z * (2 * zz - 3 * xx - 3 * yy);
+  b[13] = T(kC3_4) * x * (4 * zz - xx - yy);
+  b[14] = T(kC3_5) * z * (xx - yy);
+  b[15] = T(kC3_6) * x * (xx - 3 * yy);
 }
 
 // d basis / d (x, y, z) contracted with per-basis weights g[k]: returns v_dir.
@@ -391,37 +401,37 @@ VM_HD void sh_basis_vjp(int degree, T x, T y, T z, const T* g, T* v) {
   v[0] += -T(kC1) * g[3];
   if (degree < 2) return;
   const T xx = x * x, yy = y * y, zz = z * z;
-  v[0] += T(kC2[0]) * y * g[4];
-  v[1] += T(kC2[0]) * x * g[4];
-  v[1] += T(kC2[1]) * z * g[5];
-  v[2] += T(kC2[1]) * y * g[5];
-  v[0] += -2 * T(kC2[2]) * x * g[6];
-  v[1] += -2 * T(kC2[2]) * y * g[6];
-  v[2] += 4 * T(kC2[2]) * z * g[6];
-  v[0] += T(kC2[3]) * z * g[7];
-  v[2] += T(kC2[3]) * x * g[7];
-  v[0] += 2 * T(kC2[4]) * x * g[8];
-  v[1] += -2 * T(kC2[4]) * y * g[8];
+  v[0] += T(kC2_0) * y * g[4];
+  v[1] += T(kC2_0) * x * g[4];
+  v[1] += T(kC2_1) * z * g[5];
+  v[2] += T(kC2_1) * y * g[5];
+  v[0] += -2 * T(kC2_2) * x * g[6];
+  v[1] += -2 * T(kC2_2) * y * g[6];
+  v[2] += 4 * T(kC2_2) * z * g[6];
+  v[0] += T(kC2_3) * z * g[7];
+  v[2] += T(kC2_3) * x * g[7];
+  v[0] += 2 * T(kC2_4) * x * g[8];
+  v[1] += -2 * T(kC2_4) * y * g[8];
   if (degree < 3) return;
-  v[0] += 6 * T(kC3[0]) * x * y * g[9];
-  v[1] += T(kC3[0]) * (3 * xx - 3 * yy) * g[9];
-  v[0] += T(kC3[1]) * y * z * g[10];
-  v[1] += T(kC3[1]) * x * z * g[10];
-  v[2] += T(kC3[1]) * x * y * g[10];
-  v[0] += -2 * T(kC3[2]) * x * y * g[11];
-  v[1] += T(kC3[2]) * (4 * zz - xx - 3 * yy) * g[11];
-  v[2] += 8 * T(kC3[2]) * y * z * g[11];
-  v[0] += -6 * T(kC3[3]) * x * z * g[12];
-  v[1] += -6 * T(kC3[3]) * y * z * g[12];
-  v[2] += T(kC3[3]) * (6 * zz - 3 * xx - 3 * yy) * g[12];
-  v[0] += T(kC3[4]) * (4 * zz - 3 * xx - yy) * g[13];
-  v[1] += -2 * T(kC3[4]) * x * y * g[13];
-  v[2] += 8 * T(kC3[4]) * x * z * g[13];
-  v[0] += 2 * T(kC3[5]) * x * z * g[14];
-  v[1] += -2 * T(kC3[5]) * y * z * g[14];
-  v[2] += T(kC3[5]) * (xx - yy) * g[14];
-  v[0] += T(kC3[6]) * (3 * xx - 3 * yy) * g[15];
-  v[1] += -6 * T(kC3[6]) * x * y * g[15];
+  v[0] += 6 * T(kC3_0) * x * y * g[9];
+  v[1] += T(kC3_0) * (3 * xx - 3 * yy) * g[9];
+  v[0] += T(kC3_1) * y * z * g[10];
+  v[1] += T(kC3_1) * x * z * g[10];
+  v[2] += T(kC3_1) * x * y * g[10];
+  v[0] += -2 * T(kC3_2) * x * y * g[11];
+  v[1] += T(kC3_2) * (4 * zz - xx - 3 * yy) * g[11];
+  v[2] += 8 * T(kC3_2) * y * z * g[11];
+  v[0] += -6 * T(kC3_3) * x * z * g[12];
+  v[1] += -6 * T(kC3_3) * y * z * g[12];
+  v[2] += T(kC3_3) * (6 * zz - 3 * xx - 3 * yy) * g[12];
+  v[0] += T(kC3_4) * (4 * zz - 3 * xx - yy) * g[13];
+  v[1] += -2 * T(kC3_4) * x * y * g[13];
+  v[2] += 8 * T(kC3_4) * x * z * g[13];
+  v[0] += 2 * T(kC3_5) * x * z * g[14];
+  v[1] += -2 * T(kC3_5) * y * z * g[14];
+  v[2] += T(kC3_5) * (xx - yy) * g[14];
+  v[0] += T(kC3_6) * (3 * xx - 3 * yy) * g[15];
+  v[1] += -6 * T(kC3_6) * x * y * g[15];
 }
 
 // colour = max(sum_k basis_k sh_k + 0.5, 0) for the direction mean - campos.

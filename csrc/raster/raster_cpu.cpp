@@ -317,6 +317,27 @@ void bin_gaussians(const T* m2, const T* cn, const T* op, const T* dp, const int
 
 namespace {
 
+// Per (camera, Gaussian): pixel bounding box of alpha >= 1/255 and the span radius^2, computed
+// once instead of once per tile the Gaussian is listed in.
+template <typename T>
+void prepare_spans(const T* m2, const T* cn, const T* op, int64_t C, int64_t N, int64_t W, int64_t H,
+                   std::vector<int32_t>& bbox, std::vector<T>& t2) {
+  bbox.resize(C * N * 4);
+  t2.resize(C * N);
+  at::parallel_for(0, C * N, kGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const T o = op[i % N];
+      gs::alpha_bbox(m2 + i * 2, cn + i * 3, o, int(W), int(H), &bbox[i * 4], &bbox[i * 4 + 1], &bbox[i * 4 + 2],
+                     &bbox[i * 4 + 3]);
+      t2[i] = gs::span_radius2(o);
+    }
+  });
+}
+
+}  // namespace
+
+namespace {
+
 template <typename T>
 void rasterize_fwd_impl(const at::Tensor& means2d, const at::Tensor& conics, const at::Tensor& colors,
                         const at::Tensor& opacities, const at::Tensor& depths, const at::Tensor& radii, int64_t C,
@@ -330,6 +351,9 @@ void rasterize_fwd_impl(const at::Tensor& means2d, const at::Tensor& conics, con
   const T* op = opacities.data_ptr<T>();
   const T* dp = depths.data_ptr<T>();
   bin_gaussians<T>(m2, cn, op, dp, radii.data_ptr<int>(), C, N, W, H, tile_offsets, tile_ids);
+  std::vector<int32_t> bbox;
+  std::vector<T> t2s;
+  prepare_spans<T>(m2, cn, op, C, N, W, H, bbox, t2s);
   const int64_t* offs = tile_offsets.data_ptr<int64_t>();
   const int32_t* ids = tile_ids.data_ptr<int32_t>();
   T* oc = out_color.data_ptr<T>();
@@ -363,15 +387,12 @@ void rasterize_fwd_impl(const at::Tensor& means2d, const at::Tensor& conics, con
       const T ca = cn[cg * 3], cb = cn[cg * 3 + 1], cc = cn[cg * 3 + 2];
       const T o = op[g], depth = dp[cg];
       const T r = col[cg * 3], gg = col[cg * 3 + 1], bb = col[cg * 3 + 2];
-      int x0, x1, y0, y1;
-      gs::alpha_bbox(m2 + cg * 2, cn + cg * 3, o, int(W), int(H), &x0, &x1, &y0, &y1);
-      x0 = std::max(x0, ox);
-      x1 = std::min(x1, ox + tw);
-      y0 = std::max(y0, oy);
-      y1 = std::min(y1, oy + th);
+      const int32_t* bb_ = &bbox[cg * 4];
+      const int x0 = std::max(bb_[0], ox), x1 = std::min(bb_[1], ox + tw);
+      const int y0 = std::max(bb_[2], oy), y1 = std::min(bb_[3], oy + th);
       T csum = 0;
       int ccount = 0;
-      const T t2 = gs::span_radius2(o), pskip = T(-0.5) * t2;
+      const T t2 = t2s[cg], pskip = T(-0.5) * t2;
       for (int y = y0; y < y1; ++y) {
         const T dy = my - (T(y) + T(0.5));
         int xa, xb;
@@ -443,6 +464,9 @@ void rasterize_bwd_impl(const at::Tensor& means2d, const at::Tensor& conics, con
   T* gcol = v_colors.data_ptr<T>();
   T* gop = v_opacities.data_ptr<T>();
   T* gdp = v_depths.data_ptr<T>();
+  std::vector<int32_t> bbox;
+  std::vector<T> t2s;
+  prepare_spans<T>(m2, cn, op, C, N, W, H, bbox, t2s);
   const T alpha_min = T(gs::kAlphaMin), alpha_max = T(gs::kAlphaMax);
   const int nthreads = std::max(1, at::get_num_threads());
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nthreads)
@@ -476,15 +500,12 @@ void rasterize_bwd_impl(const at::Tensor& means2d, const at::Tensor& conics, con
       const T ca = cn[cg * 3], cb = cn[cg * 3 + 1], cc = cn[cg * 3 + 2];
       const T o = op[g], depth = dp[cg];
       const T rgb[3] = {col[cg * 3], col[cg * 3 + 1], col[cg * 3 + 2]};
-      int x0, x1, y0, y1;
-      gs::alpha_bbox(m2 + cg * 2, cn + cg * 3, o, int(W), int(H), &x0, &x1, &y0, &y1);
-      x0 = std::max(x0, ox);
-      x1 = std::min(x1, ox + tw);
-      y0 = std::max(y0, oy);
-      y1 = std::min(y1, oy + th);
+      const int32_t* bb_ = &bbox[cg * 4];
+      const int x0 = std::max(bb_[0], ox), x1 = std::min(bb_[1], ox + tw);
+      const int y0 = std::max(bb_[2], oy), y1 = std::min(bb_[3], oy + th);
       T v_rgb[3] = {0, 0, 0}, v_o = 0, v_m[2] = {0, 0}, v_c[3] = {0, 0, 0}, v_d = 0;
       bool touched = false;
-      const T t2 = gs::span_radius2(o), pskip = T(-0.5) * t2;
+      const T t2 = t2s[cg], pskip = T(-0.5) * t2;
       for (int y = y0; y < y1; ++y) {
         const T dy = my - (T(y) + T(0.5));
         int xa, xb;
