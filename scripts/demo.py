@@ -32,6 +32,13 @@ def main() -> None:
     info = ops.build_info()
     print("visionmoe._C build:", ", ".join(f"{k}={v}" for k, v in info.items()))
     routing_example()
+    from demo_splat import REPO, splat_demo  # PGMS: compress the default scene in assets/, decode, compare
+
+    out = REPO / "out" / "demo_splat.png"
+    f = splat_demo(REPO / "assets" / "fruit_drops_minimal.ply", 20.0, out)
+    print(f"pgms: {f['gaussians']} Gaussians -> {f['bytes']} bytes ({f['ratio']:.1f}x vs float32 .ply), "
+          f"PSNR {f['psnr']:.2f} dB, SSIM {f['ssim']:.4f}, encode {f['encode_s']:.1f} s, decode {f['decode_s']:.2f} s; "
+          f"side-by-side {out}")
 
 
 if __name__ == "__main__":

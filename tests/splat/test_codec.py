@@ -33,7 +33,7 @@ def asset_20x(asset):
 
 def test_ratio_target_within_5_percent(asset, asset_20x):
     scene, cams, contrib = asset
-    for ratio, res in ((20, asset_20x), (40, compress(scene, ratio=40, cameras=cams, contributions=contrib))):
+    for ratio, res in ((20, asset_20x), (40, compress(scene, ratio=40, cameras=cams, contributions=contrib, verify_views=0))):
         target = reference_ply_bytes(scene.num_gaussians, 3) / ratio
         assert 0.95 * target <= res.nbytes <= target, (ratio, res.nbytes, target)
         assert abs(res.ratio / ratio - 1) <= 0.05
@@ -41,7 +41,7 @@ def test_ratio_target_within_5_percent(asset, asset_20x):
 
 def test_size_target(asset):
     scene, cams, contrib = asset
-    res = compress(scene, size=30_000, cameras=cams, contributions=contrib)
+    res = compress(scene, size=30_000, cameras=cams, contributions=contrib, verify_views=0)
     assert 0.95 * 30_000 <= res.nbytes <= 30_000
 
 

@@ -487,7 +487,18 @@ def _allocate_and_encode(pyr, meta, target_bytes, preset_pin, seed, prog, timing
     # Render-verified choice: the proxy ranks the rungs; the best few (fitting) are encoded at
     # the budget, decoded and rendered on ``verify`` views, and the lowest real error wins.
     ranked = sorted(cache, key=lambda pi: cache[pi][0])
-    fitting = [pi for pi in ranked if cache[pi][0][0] == 0]
+    if verify and preset_pin is None:
+        # The proxy under-rates geometry precision on some scenes: besides its best rung, verify
+        # finer geometry rungs (+2, +4) with the same appearance rung.
+        g0, a0 = ranked[0]
+        for dg in (2, 4):
+            if g0 + dg < len(GEOMETRY_LADDER):
+                evaluate((g0 + dg, a0))
+        ranked = sorted(cache, key=lambda pi: cache[pi][0])
+        extra = [(g0 + dg, a0) for dg in (2, 4) if (g0 + dg, a0) in cache and cache[(g0 + dg, a0)][0][0] == 0]
+        fitting = [ranked[0]] + extra + [pi for pi in ranked[1:] if cache[pi][0][0] == 0 and pi not in extra]
+    else:
+        fitting = [pi for pi in ranked if cache[pi][0][0] == 0]
     shortlist = (fitting or ranked)[: max(1, verify["count"] if verify else 1)]
     if len(fitting) > len(shortlist) and not all(cache[pi][1] < len(cache[pi][2].plan.order_level) for pi in shortlist):
         # a rung that cannot fill the budget even with every leaf misses the rate target:
