@@ -138,3 +138,13 @@ def test_residual_guidance_lowers_residual_energy(trained):
     assert not any(p.grad is not None for p in a.parameters())  # guidance does not touch weights
     small = a.residual_guidance(x_t[:, :, :2], v[:, :, :2], sigma, 0.005)[0]  # 2 latent frames: no residual
     assert bool((small == 0).all())
+
+
+def test_runs_under_bf16_autocast():
+    a = trained_like(PILAAdapter(**SMALL)).eval()
+    x, v, s = inputs()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = a(x, v, s)
+    reference = a(x, v, s).dv
+    assert torch.isfinite(out.dv.float()).all()
+    torch.testing.assert_close(out.dv.float(), reference, atol=0.05, rtol=0.1)

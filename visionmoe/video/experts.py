@@ -119,7 +119,9 @@ class PhysicsExperts(nn.Module):
             for e, (expert, chunk) in enumerate(zip(self.experts, buffer.split(counts.tolist())))
         ]
         y = torch.cat(outs) if outs else buffer.new_zeros(0, S * d)
-        refinement = combine(y, weights, None, plan=plan).view(T, S, d)
+        # Under autocast the router (bf16/fp16) and the gated expert outputs (promoted by the
+        # float32 gate) disagree in dtype; combine in the experts' dtype.
+        refinement = combine(y, weights.to(y.dtype), None, plan=plan).view(T, S, d)
         dense = torch.zeros_like(route.probs).scatter_add_(1, route.indices.clamp_min(0), route.weights)
         B = grid[0]
         mass = dense.view(B, -1, self.num_categories, self.per_cat).sum(-1).mean(1)
