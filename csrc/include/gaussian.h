@@ -528,13 +528,20 @@ VM_HD void row_span(T mx, T dy, const T* conic, T t2, int lo, int hi, int* xa, i
   if (!(disc >= 0) || !(a > 0)) return;
   const T sq = sqrt(disc);
   const T dlo = (-b * dy - sq) / a, dhi = (-b * dy + sq) / a;  // dx = mx - px in [dlo, dhi]
-  // integer x with centre x + 0.5 in [mx - dhi, mx - dlo]; t2 is inflated, so no extra pad
-  T f0 = ceil(mx - dhi - T(0.5)), f1 = floor(mx - dlo - T(0.5)) + 1;
-  f0 = f0 < T(lo) ? T(lo) : f0;
-  f1 = f1 > T(hi) ? T(hi) : f1;
-  if (!(f0 < f1)) return;
-  *xa = int(f0);
-  *xb = int(f1);
+  // integer x with centre x + 0.5 in [mx - dhi, mx - dlo]; t2 is inflated, so no extra pad.
+  // Clamped to [lo - 1, hi + 1] first, then ceil/floor by truncation (no libm call).
+  T f0 = mx - dhi - T(0.5), f1 = mx - dlo - T(0.5);
+  f0 = f0 < T(lo - 1) ? T(lo - 1) : (f0 > T(hi + 1) ? T(hi + 1) : f0);
+  f1 = f1 < T(lo - 1) ? T(lo - 1) : (f1 > T(hi + 1) ? T(hi + 1) : f1);
+  int i0 = int(f0), i1 = int(f1);  // truncation toward zero
+  if (T(i0) < f0) ++i0;            // ceil
+  if (T(i1) > f1) --i1;            // floor
+  ++i1;
+  i0 = i0 < lo ? lo : i0;
+  i1 = i1 > hi ? hi : i1;
+  if (i0 >= i1) return;
+  *xa = i0;
+  *xb = i1;
 }
 
 // Tile range [tx0, tx1) x [ty0, ty1) of a projected Gaussian: the tiles its radius rectangle

@@ -397,11 +397,13 @@ void rasterize_fwd_impl(const at::Tensor& means2d, const at::Tensor& conics, con
         const T dy = my - (T(y) + T(0.5));
         int xa, xb;
         gs::row_span(mx, dy, cn + cg * 3, t2, x0, x1, &xa, &xb);
+        const int rowbase = (y - oy) * kT - ox;
+        const T cdy2 = cc * dy * dy, bdy = cb * dy;
         for (int x = xa; x < xb; ++x) {
-          const int p = (y - oy) * kT + (x - ox);
+          const int p = rowbase + x;
           if (done[p]) continue;
           const T dx = mx - (T(x) + T(0.5));
-          const T power = T(-0.5) * (ca * dx * dx + cc * dy * dy) - cb * dx * dy;
+          const T power = T(-0.5) * (ca * dx * dx + cdy2) - bdy * dx;
           if (power > 0 || power < pskip) continue;
           const T alpha = std::min(alpha_max, o * std::exp(power));
           if (alpha < alpha_min) continue;
@@ -510,11 +512,13 @@ void rasterize_bwd_impl(const at::Tensor& means2d, const at::Tensor& conics, con
         const T dy = my - (T(y) + T(0.5));
         int xa, xb;
         gs::row_span(mx, dy, cn + cg * 3, t2, x0, x1, &xa, &xb);
+        const int rowbase = (y - oy) * kT - ox;
+        const T cdy2 = cc * dy * dy, bdy = cb * dy;
         for (int x = xa; x < xb; ++x) {
-          const int p = (y - oy) * kT + (x - ox);
+          const int p = rowbase + x;
           if (k >= last[p]) continue;
           const T dx = mx - (T(x) + T(0.5));
-          const T power = T(-0.5) * (ca * dx * dx + cc * dy * dy) - cb * dx * dy;
+          const T power = T(-0.5) * (ca * dx * dx + cdy2) - bdy * dx;
           if (power > 0 || power < pskip) continue;
           const T G = std::exp(power);
           const T a0 = o * G;
