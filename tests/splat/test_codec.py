@@ -167,3 +167,12 @@ def test_make_preset_rungs():
     assert p.sh_fraction == 0 and p.geometry == 0
     with pytest.raises(ValueError):
         make_preset(0, 99)
+
+
+def test_refinement_path(asset):
+    scene, _, contrib = asset
+    cams = default_cameras(scene, num_views=2, size=64)
+    res = compress(scene, ratio=20, cameras=cams, contributions=contrib, preset=(4, 4), refine_steps=2)
+    target = reference_ply_bytes(scene.num_gaussians, 3) / 20
+    assert res.nbytes <= target and "refine" in res.timings
+    assert decompress(res.data).num_gaussians == res.primitives

@@ -425,7 +425,9 @@ def _compress(scene, ratio, size, psnr, cameras, device, contributions, num_view
     else:
         data, info, target = _search_psnr(scene, pyr, meta, psnr, cameras, device, ref_bytes, run, prog, timings)
     if refine_steps:
-        logger.info("refine_steps=%d: refinement runs on the decoder side via update.refine", refine_steps)
+        t2 = time.perf_counter()
+        data, info = _refine_and_encode(pyr, kept, meta, info, cameras, refine_steps, len(data), prog)
+        timings["refine"] = time.perf_counter() - t2
     timings["total"] = time.perf_counter() - t0
     qz, k, terminal, coded, stats = info
     dist = float(qz.plan.distortion[k])
@@ -436,6 +438,31 @@ def _compress(scene, ratio, size, psnr, cameras, device, contributions, num_view
         input_gaussians=n_in, pruned=n_in - kept.num_gaussians, proxy_psnr=proxy, timings=timings,
         stream_stats=stats,
     )
+
+
+def _refine_and_encode(pyr, dense, meta, info, cameras, steps, target, prog):
+    """Optional compositing-aware refinement: a few render-vs-dense-render steps on the chosen
+    cut's primitives (continuous parameters), written back into the pyramid, then re-encoded."""
+    from .update import refine
+
+    qz, k, _terminal, _coded, _stats = info
+    split = _split_masks(pyr, qz.plan, k)
+    coded = [np.ones(pyr.levels[0].num_gaussians, bool)]
+    for lv in range(1, pyr.num_levels):
+        coded.append(split[lv - 1][pyr.parent[lv].numpy()])
+    terms = [torch.from_numpy(np.nonzero(coded[lv] & ~split[lv])[0]) for lv in range(pyr.num_levels)]
+    names = ("means", "quats", "log_scales", "opacity_logits", "sh_dc", "sh_rest")
+    prim = GaussianScene(**{n: torch.cat([getattr(pyr.levels[lv], n)[terms[lv]] for lv in range(pyr.num_levels)])
+                            for n in names})
+    refined = refine(prim, dense, cameras, steps=steps, progress=lambda i, n: prog("refine", i, n))
+    start = 0
+    for lv, idx in enumerate(terms):
+        for n in names:
+            getattr(pyr.levels[lv], n)[idx] = getattr(refined, n)[start: start + len(idx)].to(getattr(pyr.levels[lv], n).dtype)
+        start += len(idx)
+    _quantize_full(pyr, qz, meta)
+    k, data, terminal, coded_n, stats = _tune_cut(pyr, qz, k, meta, target)
+    return data, (qz, k, terminal, coded_n, stats)
 
 
 def _num_pixels(cameras) -> int:

@@ -88,5 +88,5 @@ def refine(scene: GaussianScene, dense: GaussianScene, cameras, *, steps: int = 
         opt.step()
         if progress is not None:
             progress(step + 1, steps)
-        logger.debug("refine step %d: L1 %.5f", step, float(loss))
+        logger.debug("refine step %d: L1 %.5f", step, float(loss.detach()))
     return GaussianScene(**{k: v.detach() for k, v in params.items()})
