@@ -69,6 +69,8 @@ def _add_target(p) -> None:
     p.add_argument("--cameras", help="INRIA cameras.json to use instead of orbit views")
     p.add_argument("--device", default=None, help="device for rendering contributions (cpu, cuda; default: cuda if present)")
     p.add_argument("--preset", type=_preset, default=None, help="pin the allocator's rungs geometry,appearance (e.g. 4,4)")
+    p.add_argument("--refine-steps", type=int, default=0,
+                   help="render-vs-dense refinement steps on the chosen primitives (default 0; slow on CPU)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
@@ -82,6 +84,7 @@ def _compress(args, scene):
     return compress(
         scene, ratio=args.ratio, size=args.size, psnr=args.psnr, cameras=cameras, device=args.device,
         num_views=args.views, view_size=args.view_size, preset=args.preset, progress=not args.quiet,
+        refine_steps=args.refine_steps,
     )
 
 

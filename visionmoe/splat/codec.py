@@ -354,6 +354,8 @@ def compress(
         raise ValueError(f"psnr must be in (0, 150) dB, got {psnr!r}")
     if preset is not None:
         make_preset(*preset)  # validates the rungs
+    if not (isinstance(refine_steps, int) and refine_steps >= 0):
+        raise ValueError(f"refine_steps must be an int >= 0, got {refine_steps!r}")
     prog = _Progress(progress)
     try:
         return _compress(_load(scene_or_path), ratio, size, psnr, cameras, device, contributions, num_views,
