@@ -29,7 +29,10 @@ namespace cpu {
 namespace {
 
 constexpr int kT = gs::kTile;
-constexpr int64_t kGrain = 1024;
+constexpr int64_t kGrain = 4096;
+// Below this many tile entries the work is not worth waking a thread team (each parallel
+// region costs a barrier; on a busy machine a descheduled thread stalls it for milliseconds).
+constexpr int64_t kParallelMin = 16384;
 
 #define VM_RASTER_DISPATCH(TYPE, NAME, ...) AT_DISPATCH_FLOATING_TYPES(TYPE, NAME, __VA_ARGS__)
 
@@ -266,7 +269,7 @@ void bin_gaussians(const T* m2, const T* cn, const T* op, const T* dp, const int
     }
     radix_sort_by_key(keys, ids);
     int64_t* cnt = offsets.data() + c * TT + 1;
-#pragma omp parallel num_threads(nthreads)
+#pragma omp parallel num_threads(nthreads) if (int64_t(ids.size()) > kParallelMin)
     {
 #ifdef _OPENMP
       const int tid = omp_get_thread_num(), nt = omp_get_num_threads();
@@ -289,7 +292,7 @@ void bin_gaussians(const T* m2, const T* cn, const T* op, const T* dp, const int
   int32_t* out = tile_ids.data_ptr<int32_t>();
   for (int64_t c = 0; c < C; ++c) {
     const std::vector<int32_t>& ids = order[c];
-#pragma omp parallel num_threads(nthreads)
+#pragma omp parallel num_threads(nthreads) if (int64_t(ids.size()) > kParallelMin)
     {
 #ifdef _OPENMP
       const int tid = omp_get_thread_num(), nt = omp_get_num_threads();
@@ -364,7 +367,7 @@ void rasterize_fwd_impl(const at::Tensor& means2d, const at::Tensor& conics, con
   int* counts = want_contributions ? pixel_counts.data_ptr<int>() : nullptr;
   const T alpha_min = T(gs::kAlphaMin), alpha_max = T(gs::kAlphaMax), t_min = T(gs::kTransmittanceMin);
   const int nthreads = std::max(1, at::get_num_threads());
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nthreads)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nthreads) if (offs[C * TT] > kParallelMin)
   for (int64_t job = 0; job < C * TT; ++job) {
     const int64_t c = job / TT, tile = job % TT;
     const int ox = int(tile % tiles_x) * kT, oy = int(tile / tiles_x) * kT;
@@ -471,7 +474,7 @@ void rasterize_bwd_impl(const at::Tensor& means2d, const at::Tensor& conics, con
   prepare_spans<T>(m2, cn, op, C, N, W, H, bbox, t2s);
   const T alpha_min = T(gs::kAlphaMin), alpha_max = T(gs::kAlphaMax);
   const int nthreads = std::max(1, at::get_num_threads());
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nthreads)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nthreads) if (offs[C * TT] > kParallelMin)
   for (int64_t job = 0; job < C * TT; ++job) {
     const int64_t c = job / TT, tile = job % TT;
     const int ox = int(tile % tiles_x) * kT, oy = int(tile / tiles_x) * kT;
