@@ -77,6 +77,11 @@ class CompressResult:
     stream_stats: list = field(default_factory=list)
 
     @property
+    def target_met(self) -> bool:
+        """Whether the file landed within [0.95, 1.0] x the byte target (None target: True)."""
+        return self.target_bytes is None or 0.95 * self.target_bytes <= len(self.data) <= self.target_bytes
+
+    @property
     def nbytes(self) -> int:
         return len(self.data)
 
@@ -90,7 +95,7 @@ class CompressResult:
     def summary(self) -> dict:
         return {
             "bytes": self.nbytes, "ratio": round(self.ratio, 3), "target_bytes": self.target_bytes,
-            "preset": self.preset_index, "primitives": self.primitives, "input_gaussians": self.input_gaussians,
+            "target_met": self.target_met, "preset": self.preset_index, "primitives": self.primitives, "input_gaussians": self.input_gaussians,
             "pruned": self.pruned, "per_level_terminal": self.primitives_per_level,
             "per_level_coded": self.coded_per_level, "proxy_psnr": round(self.proxy_psnr, 2),
             "sh_fraction": self.preset.sh_fraction, "sh_degree": self.preset.sh_degree,
@@ -432,6 +437,9 @@ def _compress(scene, ratio, size, psnr, cameras, device, contributions, num_view
         timings["refine"] = time.perf_counter() - t2
     timings["total"] = time.perf_counter() - t0
     qz, k, terminal, coded, stats = info
+    if psnr is None and not 0.95 * target <= len(data) <= target:
+        logger.warning("target %d bytes not reachable within 5%%: wrote %d bytes (the finest rungs fit %s)",
+                       target, len(data), "under it" if len(data) < target else "only above it")
     dist = float(qz.plan.distortion[k])
     proxy = 10 * math.log10(pixels / max(dist, 1e-12)) if pixels else float("nan")
     return CompressResult(
@@ -562,7 +570,7 @@ def _tune_cut(pyr, qz, k, meta, target):
     """Adjust the number of splits so the real file lands in [0.97, 1.0] x target when possible
     (secant steps on the estimated rate curve, bisection as the fallback)."""
     kmax = len(qz.plan.order_level)
-    lo_k, hi_k = 0, kmax
+    lo_k, hi_k = 0, kmax + 1  # hi_k: smallest size known to be too big (exclusive bound)
     sizes = {}
 
     def size_of(kk):
