@@ -53,15 +53,15 @@ class Preset:
 # Two ladders, coarse to fine; a preset is one rung of each (the allocator picks the pair).
 # Geometry: (pos_rel, dc_step, ls_step, op_bits, rot_bits, shape codebook cap).
 GEOMETRY_LADDER: tuple[tuple, ...] = (
-    (0.60, 1 / 12, 0.30, 4, 5, 64),
-    (0.45, 1 / 16, 0.22, 5, 5, 128),
-    (0.35, 1 / 24, 0.16, 5, 6, 256),
-    (0.25, 1 / 32, 0.12, 6, 7, 512),
-    (0.18, 1 / 48, 0.08, 6, 7, 1024),
-    (0.12, 1 / 64, 0.06, 7, 8, 2048),
+    (0.60, 1 / 12, 0.30, 4, 5, 1024),
+    (0.45, 1 / 16, 0.22, 5, 5, 1024),
+    (0.35, 1 / 24, 0.16, 5, 6, 1024),
+    (0.25, 1 / 32, 0.12, 6, 7, 2048),
+    (0.18, 1 / 48, 0.08, 6, 7, 2048),
+    (0.12, 1 / 64, 0.06, 7, 8, 4096),
     (0.08, 1 / 96, 0.04, 8, 9, 4096),
-    (0.04, 1 / 192, 0.02, 9, 10, 4096),
-    (0.02, 1 / 512, 0.01, 10, 12, 4096),
+    (0.04, 1 / 192, 0.02, 9, 10, 8192),
+    (0.02, 1 / 512, 0.01, 10, 12, 8192),
 )
 # Appearance: (fraction of fine primitives keeping view-dependent SH, SH degree, codebook size).
 APPEARANCE_LADDER: tuple[tuple, ...] = (
