@@ -12,9 +12,15 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <type_traits>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
+#if defined(__x86_64__) || defined(__i386__)
+#define VM_HAVE_X86_SIMD 1
+#include <immintrin.h>
+#endif
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -70,6 +76,28 @@ void radix_sort_by_key(std::vector<uint32_t>& keys, std::vector<int32_t>& ids) {
     keys.swap(k2);
     ids.swap(i2);
   }
+}
+
+// True when the calling code runs on one thread (no OpenMP team, or a team of one): the
+// per-Gaussian flushes then need no atomics.
+inline bool serial_region() {
+#ifdef _OPENMP
+  return omp_get_num_threads() == 1;
+#else
+  return true;
+#endif
+}
+
+bool cpu_has_avx2_fma();
+
+// The AVX2 float32 compositing kernels run when the CPU has AVX2+FMA, unless the environment
+// variable VISIONMOE_NO_SIMD is set to a non-zero value (forces the scalar path; tests use it).
+inline bool simd_enabled() {
+#ifdef VM_HAVE_X86_SIMD
+  return cpu_has_avx2_fma();
+#else
+  return false;
+#endif
 }
 
 void check_inputs_common(const at::Tensor& t, const char* name) {
@@ -339,6 +367,347 @@ void prepare_spans(const T* m2, const T* cn, const T* op, int64_t C, int64_t N, 
 
 }  // namespace
 
+// ----------------------------------------------------------------------------- AVX2 compositing
+//
+// float32 tile kernels for x86-64 CPUs with AVX2+FMA (picked at run time; the scalar templates
+// stay the fallback and the float64 path). Same per-pixel semantics as the scalar loops: a
+// Gaussian's row span inside the tile is covered by the tile row's two aligned 8-pixel blocks,
+// lanes outside the span or already finished are masked, and per-pixel state lives in
+// structure-of-arrays tile buffers. exp is a Cody-Waite range reduction + degree-6 polynomial
+// (Cephes expf, ~1-2 ulp) on the argument range [-5.6, 0] the span test allows.
+#if defined(__x86_64__) || defined(__i386__)
+namespace {
+
+bool cpu_has_avx2_fma() {
+  static const bool ok = [] {
+    __builtin_cpu_init();
+    if (const char* e = std::getenv("VISIONMOE_NO_SIMD")) {
+      if (e[0] != '\0' && e[0] != '0') return false;
+    }
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  }();
+  return ok;
+}
+
+#define VM_AVX2 __attribute__((target("avx2,fma")))
+
+VM_AVX2 inline __m256 exp_avx2(__m256 x) {
+  x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+  x = _mm256_min_ps(x, _mm256_set1_ps(88.0f));
+  const __m256 fx = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  const __m256 r2 = _mm256_mul_ps(r, r);
+  const __m256 y = _mm256_add_ps(_mm256_fmadd_ps(p, r2, r), _mm256_set1_ps(1.0f));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+
+VM_AVX2 inline float hsum_avx2(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// Lanes [lo, hi) of the 8-pixel block starting at tile column bx.
+VM_AVX2 inline __m256i span_mask(int bx, int lo, int hi) {
+  const __m256i lx = _mm256_add_epi32(_mm256_set1_epi32(bx), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  return _mm256_and_si256(_mm256_cmpgt_epi32(lx, _mm256_set1_epi32(lo - 1)),
+                          _mm256_cmpgt_epi32(_mm256_set1_epi32(hi), lx));
+}
+
+template <typename V>
+inline void add_to(V* addr, V v, bool serial) {
+  if (serial) {
+    *addr += v;
+  } else {
+#pragma omp atomic
+    *addr += v;
+  }
+}
+
+struct TileCtx {
+  int64_t c, N;
+  int ox, oy, tw, th;
+  int64_t start, end;
+};
+
+// Per (camera, Gaussian) record read by the AVX2 tile kernels: one 64-byte line instead of five
+// scattered arrays (means2d, conics, colours, opacities/depths, boxes) per tile entry.
+struct alignas(64) GRec {
+  float mx, my, ca, cb, cc, o, r, g, b, depth, pskip, pad;
+  int32_t x0, x1, y0, y1;  // alpha >= 1/255 pixel box
+};
+
+void prepare_records(const float* m2, const float* cn, const float* col, const float* op, const float* dp,
+                     int64_t C, int64_t N, int64_t W, int64_t H, std::vector<GRec>& recs) {
+  recs.resize(C * N);
+  at::parallel_for(0, C * N, kGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      GRec& r = recs[i];
+      const float o = op[i % N];
+      gs::alpha_bbox(m2 + i * 2, cn + i * 3, o, int(W), int(H), &r.x0, &r.x1, &r.y0, &r.y1);
+      r.mx = m2[i * 2];
+      r.my = m2[i * 2 + 1];
+      r.ca = cn[i * 3];
+      r.cb = cn[i * 3 + 1];
+      r.cc = cn[i * 3 + 2];
+      r.o = o;
+      r.r = col[i * 3];
+      r.g = col[i * 3 + 1];
+      r.b = col[i * 3 + 2];
+      r.depth = dp[i];
+      r.pskip = -0.5f * gs::span_radius2(o);
+      r.pad = 0.f;
+    }
+  });
+}
+
+// The (one or two) aligned 8-pixel blocks of a tile row covering the columns [lo, hi) of a
+// Gaussian's box: lane masks and the per-lane dx = mx - pixel centre. The exact per-pixel
+// alpha test decides, so visiting the box (not the ellipse's row span) changes no result.
+struct Blocks {
+  int n, bx[2];
+  __m256i m[2];
+  __m256 dx[2], adx2[2];
+};
+
+VM_AVX2 inline void make_blocks(const GRec& g, int ox, int lo, int hi, Blocks& B) {
+  const __m256 half_iota = _mm256_setr_ps(0.5f, 1.5f, 2.5f, 3.5f, 4.5f, 5.5f, 6.5f, 7.5f);
+  const __m256 vmx = _mm256_set1_ps(g.mx), vca = _mm256_set1_ps(g.ca);
+  const int b0 = lo & ~7;
+  B.n = (b0 + 8 < hi) ? 2 : 1;
+  for (int j = 0; j < 2; ++j) {
+    const int bx = b0 + 8 * j;
+    B.bx[j] = bx;
+    B.m[j] = span_mask(bx, lo, hi);
+    B.dx[j] = _mm256_sub_ps(vmx, _mm256_add_ps(_mm256_set1_ps(float(ox + bx)), half_iota));
+    B.adx2[j] = _mm256_mul_ps(_mm256_mul_ps(vca, B.dx[j]), B.dx[j]);
+  }
+}
+
+// Forward of one tile. Writes colour (no background), transmittance, depth and last index.
+VM_AVX2 void fwd_tile_avx2(const TileCtx& t, const int32_t* ids, const GRec* recs, float* contrib, int* counts,
+                           bool serial, int64_t W, int64_t H, float* oc, float* ot, float* od, int* ol) {
+  constexpr int P = kT * kT;
+  alignas(32) float Tr[P], aR[P], aG[P], aB[P], aD[P];
+  alignas(32) int32_t last[P], done[P];
+  for (int p = 0; p < P; ++p) {
+    Tr[p] = 1.f;
+    aR[p] = aG[p] = aB[p] = aD[p] = 0.f;
+    last[p] = 0;
+    done[p] = 0;
+  }
+  int remaining = t.tw * t.th;
+  const __m256 v_amax = _mm256_set1_ps(float(gs::kAlphaMax)), v_amin = _mm256_set1_ps(float(gs::kAlphaMin));
+  const __m256 v_tmin = _mm256_set1_ps(float(gs::kTransmittanceMin)), v_one = _mm256_set1_ps(1.f);
+  const __m256 v_mhalf = _mm256_set1_ps(-0.5f), v_zero = _mm256_setzero_ps();
+  const GRec* cr = recs + t.c * t.N;
+  Blocks B;
+  for (int64_t k = t.start; k < t.end && remaining > 0; ++k) {
+    if (k + 4 < t.end) _mm_prefetch(reinterpret_cast<const char*>(cr + ids[k + 4]), _MM_HINT_T0);
+    const int64_t g = ids[k], cg = t.c * t.N + g;
+    const GRec& R = cr[g];
+    const int x0 = std::max(R.x0, t.ox), x1 = std::min(R.x1, t.ox + t.tw);
+    const int y0 = std::max(R.y0, t.oy), y1 = std::min(R.y1, t.oy + t.th);
+    if (x0 >= x1 || y0 >= y1) continue;
+    make_blocks(R, t.ox, x0 - t.ox, x1 - t.ox, B);
+    const __m256 vr = _mm256_set1_ps(R.r), vg = _mm256_set1_ps(R.g), vb = _mm256_set1_ps(R.b);
+    const __m256 vdepth = _mm256_set1_ps(R.depth), vo = _mm256_set1_ps(R.o), vpskip = _mm256_set1_ps(R.pskip);
+    const __m256 vk = _mm256_castsi256_ps(_mm256_set1_epi32(int32_t(k - t.start + 1)));
+    __m256 vcsum = v_zero;
+    int ccount = 0;
+    for (int y = y0; y < y1; ++y) {
+      const float dy = R.my - (float(y) + 0.5f);
+      const __m256 vcdy2 = _mm256_set1_ps(R.cc * dy * dy), vbdy = _mm256_set1_ps(R.cb * dy);
+      const int row = (y - t.oy) * kT;
+      for (int j = 0; j < B.n; ++j) {
+        const int p = row + B.bx[j];
+        const __m256i dn = _mm256_load_si256(reinterpret_cast<const __m256i*>(done + p));
+        const __m256i live = _mm256_andnot_si256(dn, B.m[j]);
+        if (_mm256_testz_si256(live, live)) continue;
+        const __m256 power = _mm256_sub_ps(_mm256_mul_ps(v_mhalf, _mm256_add_ps(B.adx2[j], vcdy2)),
+                                           _mm256_mul_ps(vbdy, B.dx[j]));
+        __m256 valid = _mm256_and_ps(_mm256_castsi256_ps(live),
+                                     _mm256_and_ps(_mm256_cmp_ps(power, v_zero, _CMP_LE_OQ),
+                                                   _mm256_cmp_ps(power, vpskip, _CMP_GE_OQ)));
+        if (_mm256_testz_ps(valid, valid)) continue;
+        const __m256 alpha = _mm256_min_ps(v_amax, _mm256_mul_ps(vo, exp_avx2(power)));
+        valid = _mm256_and_ps(valid, _mm256_cmp_ps(alpha, v_amin, _CMP_GE_OQ));
+        if (_mm256_testz_ps(valid, valid)) continue;
+        const __m256 trv = _mm256_load_ps(Tr + p);
+        const __m256 next = _mm256_mul_ps(trv, _mm256_sub_ps(v_one, alpha));
+        const __m256 term = _mm256_and_ps(valid, _mm256_cmp_ps(next, v_tmin, _CMP_LT_OQ));
+        const int tm = _mm256_movemask_ps(term);
+        if (tm) {
+          _mm256_store_si256(reinterpret_cast<__m256i*>(done + p), _mm256_or_si256(dn, _mm256_castps_si256(term)));
+          remaining -= __builtin_popcount(unsigned(tm));
+        }
+        const __m256 acc = _mm256_andnot_ps(term, valid);
+        const int am = _mm256_movemask_ps(acc);
+        if (!am) continue;
+        const __m256 w = _mm256_and_ps(_mm256_mul_ps(alpha, trv), acc);
+        _mm256_store_ps(aR + p, _mm256_add_ps(_mm256_load_ps(aR + p), _mm256_mul_ps(w, vr)));
+        _mm256_store_ps(aG + p, _mm256_add_ps(_mm256_load_ps(aG + p), _mm256_mul_ps(w, vg)));
+        _mm256_store_ps(aB + p, _mm256_add_ps(_mm256_load_ps(aB + p), _mm256_mul_ps(w, vb)));
+        _mm256_store_ps(aD + p, _mm256_add_ps(_mm256_load_ps(aD + p), _mm256_mul_ps(w, vdepth)));
+        _mm256_store_ps(Tr + p, _mm256_blendv_ps(trv, next, acc));
+        _mm256_store_ps(reinterpret_cast<float*>(last + p),
+                        _mm256_blendv_ps(_mm256_load_ps(reinterpret_cast<const float*>(last + p)), vk, acc));
+        vcsum = _mm256_add_ps(vcsum, w);
+        ccount += __builtin_popcount(unsigned(am));
+      }
+    }
+    if (contrib != nullptr && ccount > 0) {
+      add_to(contrib + cg, hsum_avx2(vcsum), serial);
+      add_to(counts + cg, ccount, serial);
+    }
+  }
+  for (int y = 0; y < t.th; ++y)
+    for (int x = 0; x < t.tw; ++x) {
+      const int p = y * kT + x;
+      const int64_t pix = (t.c * H + t.oy + y) * W + t.ox + x;
+      oc[pix * 3] = aR[p];
+      oc[pix * 3 + 1] = aG[p];
+      oc[pix * 3 + 2] = aB[p];
+      ot[pix] = Tr[p];
+      od[pix] = aD[p];
+      ol[pix] = last[p];
+    }
+}
+
+// Backward of one tile (reverse order from each pixel's last index).
+VM_AVX2 void bwd_tile_avx2(const TileCtx& t, const int32_t* ids, const GRec* recs, const float* tr, const int* lst,
+                           const float* vC, const float* vT, const float* vD, bool serial, int64_t W, int64_t H,
+                           float* gm2, float* gcn, float* gcol, float* gop, float* gdp) {
+  constexpr int P = kT * kT;
+  alignas(32) float Tr[P], Tf[P], BR[P], BG[P], BB[P], Bd[P], gR[P], gG[P], gB[P], gT[P], gD[P];
+  alignas(32) int32_t last[P];
+  for (int p = 0; p < P; ++p) {
+    Tr[p] = Tf[p] = 1.f;
+    BR[p] = BG[p] = BB[p] = Bd[p] = gR[p] = gG[p] = gB[p] = gT[p] = gD[p] = 0.f;
+    last[p] = 0;
+  }
+  int kmax = 0;
+  for (int y = 0; y < t.th; ++y)
+    for (int x = 0; x < t.tw; ++x) {
+      const int p = y * kT + x;
+      const int64_t pix = (t.c * H + t.oy + y) * W + t.ox + x;
+      Tr[p] = tr[pix];
+      // gT * T_final / (1 - alpha) is the transmittance term of v_alpha; keep gT * T_final.
+      Tf[p] = vT[pix] * tr[pix];
+      last[p] = lst[pix];
+      kmax = std::max(kmax, last[p]);
+      gR[p] = vC[pix * 3];
+      gG[p] = vC[pix * 3 + 1];
+      gB[p] = vC[pix * 3 + 2];
+      gD[p] = vD[pix];
+    }
+  (void)gT;
+  const __m256 v_amax = _mm256_set1_ps(float(gs::kAlphaMax)), v_amin = _mm256_set1_ps(float(gs::kAlphaMin));
+  const __m256 v_one = _mm256_set1_ps(1.f), v_mhalf = _mm256_set1_ps(-0.5f), v_zero = _mm256_setzero_ps();
+  const GRec* cr = recs + t.c * t.N;
+  Blocks B;
+  for (int k = kmax - 1; k >= 0; --k) {
+    if (k >= 4) _mm_prefetch(reinterpret_cast<const char*>(cr + ids[t.start + k - 4]), _MM_HINT_T0);
+    const int64_t g = ids[t.start + k], cg = t.c * t.N + g;
+    const GRec& R = cr[g];
+    const int x0 = std::max(R.x0, t.ox), x1 = std::min(R.x1, t.ox + t.tw);
+    const int y0 = std::max(R.y0, t.oy), y1 = std::min(R.y1, t.oy + t.th);
+    if (x0 >= x1 || y0 >= y1) continue;
+    make_blocks(R, t.ox, x0 - t.ox, x1 - t.ox, B);
+    const __m256 vr = _mm256_set1_ps(R.r), vg = _mm256_set1_ps(R.g), vb = _mm256_set1_ps(R.b);
+    const __m256 vdepth = _mm256_set1_ps(R.depth), vo = _mm256_set1_ps(R.o), vpskip = _mm256_set1_ps(R.pskip);
+    const __m256 vca = _mm256_set1_ps(R.ca), vcb = _mm256_set1_ps(R.cb), vcc = _mm256_set1_ps(R.cc);
+    const __m256i vkk = _mm256_set1_epi32(k);
+    __m256 a_r = v_zero, a_g = v_zero, a_b = v_zero, a_o = v_zero, a_m0 = v_zero, a_m1 = v_zero;
+    __m256 a_c0 = v_zero, a_c1 = v_zero, a_c2 = v_zero, a_d = v_zero;
+    bool touched = false;
+    for (int y = y0; y < y1; ++y) {
+      const float dy = R.my - (float(y) + 0.5f);
+      const int row = (y - t.oy) * kT;
+      const __m256 vdy = _mm256_set1_ps(dy);
+      const __m256 vcdy2 = _mm256_set1_ps(R.cc * dy * dy), vbdy = _mm256_set1_ps(R.cb * dy);
+      for (int j = 0; j < B.n; ++j) {
+        const int p = row + B.bx[j];
+        const __m256i lv = _mm256_load_si256(reinterpret_cast<const __m256i*>(last + p));
+        const __m256i live = _mm256_and_si256(_mm256_cmpgt_epi32(lv, vkk), B.m[j]);
+        if (_mm256_testz_si256(live, live)) continue;
+        const __m256 dx = B.dx[j];
+        const __m256 power = _mm256_sub_ps(_mm256_mul_ps(v_mhalf, _mm256_add_ps(B.adx2[j], vcdy2)),
+                                           _mm256_mul_ps(vbdy, dx));
+        __m256 valid = _mm256_and_ps(_mm256_castsi256_ps(live),
+                                     _mm256_and_ps(_mm256_cmp_ps(power, v_zero, _CMP_LE_OQ),
+                                                   _mm256_cmp_ps(power, vpskip, _CMP_GE_OQ)));
+        if (_mm256_testz_ps(valid, valid)) continue;
+        const __m256 G = exp_avx2(power);
+        const __m256 a0 = _mm256_mul_ps(vo, G);
+        const __m256 alpha = _mm256_min_ps(v_amax, a0);
+        valid = _mm256_and_ps(valid, _mm256_cmp_ps(alpha, v_amin, _CMP_GE_OQ));
+        if (_mm256_testz_ps(valid, valid)) continue;
+        touched = true;
+        const __m256 one_m = _mm256_sub_ps(v_one, alpha);
+        const __m256 inv = _mm256_div_ps(v_one, one_m);
+        const __m256 trv = _mm256_load_ps(Tr + p);
+        const __m256 Ti = _mm256_mul_ps(trv, inv);
+        const __m256 w = _mm256_and_ps(_mm256_mul_ps(alpha, Ti), valid);
+        const __m256 gr = _mm256_load_ps(gR + p), gg = _mm256_load_ps(gG + p), gb = _mm256_load_ps(gB + p);
+        const __m256 gd = _mm256_load_ps(gD + p);
+        const __m256 br = _mm256_load_ps(BR + p), bg = _mm256_load_ps(BG + p), bbv = _mm256_load_ps(BB + p);
+        const __m256 bd = _mm256_load_ps(Bd + p);
+        a_r = _mm256_add_ps(a_r, _mm256_mul_ps(w, gr));
+        a_g = _mm256_add_ps(a_g, _mm256_mul_ps(w, gg));
+        a_b = _mm256_add_ps(a_b, _mm256_mul_ps(w, gb));
+        a_d = _mm256_add_ps(a_d, _mm256_mul_ps(w, gd));
+        __m256 v_alpha = _mm256_mul_ps(_mm256_sub_ps(vr, br), gr);
+        v_alpha = _mm256_add_ps(v_alpha, _mm256_mul_ps(_mm256_sub_ps(vg, bg), gg));
+        v_alpha = _mm256_add_ps(v_alpha, _mm256_mul_ps(_mm256_sub_ps(vb, bbv), gb));
+        v_alpha = _mm256_add_ps(v_alpha, _mm256_mul_ps(_mm256_sub_ps(vdepth, bd), gd));
+        v_alpha = _mm256_mul_ps(v_alpha, Ti);
+        v_alpha = _mm256_sub_ps(v_alpha, _mm256_mul_ps(_mm256_load_ps(Tf + p), inv));
+        _mm256_store_ps(BR + p, _mm256_blendv_ps(br, _mm256_add_ps(_mm256_mul_ps(alpha, vr), _mm256_mul_ps(one_m, br)), valid));
+        _mm256_store_ps(BG + p, _mm256_blendv_ps(bg, _mm256_add_ps(_mm256_mul_ps(alpha, vg), _mm256_mul_ps(one_m, bg)), valid));
+        _mm256_store_ps(BB + p, _mm256_blendv_ps(bbv, _mm256_add_ps(_mm256_mul_ps(alpha, vb), _mm256_mul_ps(one_m, bbv)), valid));
+        _mm256_store_ps(Bd + p, _mm256_blendv_ps(bd, _mm256_add_ps(_mm256_mul_ps(alpha, vdepth), _mm256_mul_ps(one_m, bd)), valid));
+        _mm256_store_ps(Tr + p, _mm256_blendv_ps(trv, Ti, valid));
+        // clamped alpha: no gradient to opacity or shape
+        const __m256 gm = _mm256_and_ps(valid, _mm256_cmp_ps(a0, v_amax, _CMP_LE_OQ));
+        if (_mm256_testz_ps(gm, gm)) continue;
+        const __m256 v_power = _mm256_and_ps(_mm256_mul_ps(a0, v_alpha), gm);
+        a_o = _mm256_add_ps(a_o, _mm256_and_ps(_mm256_mul_ps(G, v_alpha), gm));
+        const __m256 dxp = _mm256_mul_ps(dx, v_power);
+        a_c0 = _mm256_add_ps(a_c0, _mm256_mul_ps(dx, dxp));                       // * -0.5 at flush
+        a_c1 = _mm256_add_ps(a_c1, _mm256_mul_ps(dxp, vdy));                      // * -1 at flush
+        a_c2 = _mm256_add_ps(a_c2, _mm256_mul_ps(_mm256_mul_ps(vdy, vdy), v_power));  // * -0.5 at flush
+        a_m0 = _mm256_add_ps(a_m0, _mm256_mul_ps(_mm256_add_ps(_mm256_mul_ps(vca, dx), _mm256_mul_ps(vcb, vdy)), v_power));
+        a_m1 = _mm256_add_ps(a_m1, _mm256_mul_ps(_mm256_add_ps(_mm256_mul_ps(vcc, vdy), _mm256_mul_ps(vcb, dx)), v_power));
+      }
+    }
+    if (!touched) continue;
+    add_to(gcol + cg * 3, hsum_avx2(a_r), serial);
+    add_to(gcol + cg * 3 + 1, hsum_avx2(a_g), serial);
+    add_to(gcol + cg * 3 + 2, hsum_avx2(a_b), serial);
+    add_to(gcn + cg * 3, -0.5f * hsum_avx2(a_c0), serial);
+    add_to(gcn + cg * 3 + 1, -hsum_avx2(a_c1), serial);
+    add_to(gcn + cg * 3 + 2, -0.5f * hsum_avx2(a_c2), serial);
+    add_to(gm2 + cg * 2, -hsum_avx2(a_m0), serial);
+    add_to(gm2 + cg * 2 + 1, -hsum_avx2(a_m1), serial);
+    add_to(gdp + cg, hsum_avx2(a_d), serial);
+    add_to(gop + g, hsum_avx2(a_o), serial);
+  }
+}
+
+}  // namespace
+#endif  // VM_HAVE_X86_SIMD
+
 namespace {
 
 template <typename T>
@@ -356,7 +725,14 @@ void rasterize_fwd_impl(const at::Tensor& means2d, const at::Tensor& conics, con
   bin_gaussians<T>(m2, cn, op, dp, radii.data_ptr<int>(), C, N, W, H, tile_offsets, tile_ids);
   std::vector<int32_t> bbox;
   std::vector<T> t2s;
-  prepare_spans<T>(m2, cn, op, C, N, W, H, bbox, t2s);
+  const bool use_simd = simd_enabled() && std::is_same_v<T, float>;
+#ifdef VM_HAVE_X86_SIMD
+  std::vector<GRec> recs;
+  if constexpr (std::is_same_v<T, float>) {
+    if (use_simd) prepare_records(m2, cn, col, op, dp, C, N, W, H, recs);
+  }
+#endif
+  if (!use_simd) prepare_spans<T>(m2, cn, op, C, N, W, H, bbox, t2s);
   const int64_t* offs = tile_offsets.data_ptr<int64_t>();
   const int32_t* ids = tile_ids.data_ptr<int32_t>();
   T* oc = out_color.data_ptr<T>();
@@ -367,11 +743,21 @@ void rasterize_fwd_impl(const at::Tensor& means2d, const at::Tensor& conics, con
   int* counts = want_contributions ? pixel_counts.data_ptr<int>() : nullptr;
   const T alpha_min = T(gs::kAlphaMin), alpha_max = T(gs::kAlphaMax), t_min = T(gs::kTransmittanceMin);
   const int nthreads = std::max(1, at::get_num_threads());
+  (void)use_simd;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nthreads) if (offs[C * TT] > kParallelMin)
   for (int64_t job = 0; job < C * TT; ++job) {
     const int64_t c = job / TT, tile = job % TT;
     const int ox = int(tile % tiles_x) * kT, oy = int(tile / tiles_x) * kT;
     const int tw = std::min<int>(kT, int(W) - ox), th = std::min<int>(kT, int(H) - oy);
+#ifdef VM_HAVE_X86_SIMD
+    if constexpr (std::is_same_v<T, float>) {
+      if (use_simd) {
+        const TileCtx tc{c, N, ox, oy, tw, th, offs[c * TT + tile], offs[c * TT + tile + 1]};
+        fwd_tile_avx2(tc, ids, recs.data(), contrib, counts, serial_region(), W, H, oc, ot, od, ol);
+        continue;
+      }
+    }
+#endif
     T Tr[kT * kT], acc[kT * kT][3], dacc[kT * kT];
     int last[kT * kT];
     bool done[kT * kT];
@@ -471,14 +857,31 @@ void rasterize_bwd_impl(const at::Tensor& means2d, const at::Tensor& conics, con
   T* gdp = v_depths.data_ptr<T>();
   std::vector<int32_t> bbox;
   std::vector<T> t2s;
-  prepare_spans<T>(m2, cn, op, C, N, W, H, bbox, t2s);
+  const bool use_simd = simd_enabled() && std::is_same_v<T, float>;
+#ifdef VM_HAVE_X86_SIMD
+  std::vector<GRec> recs;
+  if constexpr (std::is_same_v<T, float>) {
+    if (use_simd) prepare_records(m2, cn, col, op, dp, C, N, W, H, recs);
+  }
+#endif
+  if (!use_simd) prepare_spans<T>(m2, cn, op, C, N, W, H, bbox, t2s);
   const T alpha_min = T(gs::kAlphaMin), alpha_max = T(gs::kAlphaMax);
   const int nthreads = std::max(1, at::get_num_threads());
+  (void)use_simd;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nthreads) if (offs[C * TT] > kParallelMin)
   for (int64_t job = 0; job < C * TT; ++job) {
     const int64_t c = job / TT, tile = job % TT;
     const int ox = int(tile % tiles_x) * kT, oy = int(tile / tiles_x) * kT;
     const int tw = std::min<int>(kT, int(W) - ox), th = std::min<int>(kT, int(H) - oy);
+#ifdef VM_HAVE_X86_SIMD
+    if constexpr (std::is_same_v<T, float>) {
+      if (use_simd) {
+        const TileCtx tc{c, N, ox, oy, tw, th, offs[c * TT + tile], offs[c * TT + tile + 1]};
+        bwd_tile_avx2(tc, ids, recs.data(), tr, lst, vC, vT, vD, serial_region(), W, H, gm2, gcn, gcol, gop, gdp);
+        continue;
+      }
+    }
+#endif
     T Tr[kT * kT], Tfin[kT * kT], Bc[kT * kT][3], Bd[kT * kT], gC[kT * kT][3], gT[kT * kT], gD[kT * kT];
     int last[kT * kT];
     int kmax = 0;
