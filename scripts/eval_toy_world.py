@@ -99,13 +99,20 @@ def bootstrap(values, n=2000, seed=0):
     return float(v.mean()), float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5)), len(v)
 
 
-def paired_change(base, arm, n=2000, seed=0):
-    """Relative change of the mean (arm/base - 1) with a paired bootstrap 95% interval."""
+SHARES = ("gravity_physical", "color_ok")  # shares: changes in percentage points, not relative
+
+
+def paired_change(base, arm, n=2000, seed=0, absolute=False):
+    """Relative change of the mean (arm/base - 1), or the difference of the means when
+    ``absolute``, with a paired bootstrap 95% interval."""
     pairs = np.asarray([(b, a) for b, a in zip(base, arm) if not (math.isnan(b) or math.isnan(a))], np.float64)
-    if len(pairs) == 0 or abs(pairs[:, 0].mean()) < 1e-12:
+    if len(pairs) == 0 or (not absolute and abs(pairs[:, 0].mean()) < 1e-12):
         return float("nan"), float("nan"), float("nan")
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, len(pairs), size=(n, len(pairs)))
+    if absolute:
+        d = pairs[idx, 1].mean(1) - pairs[idx, 0].mean(1)
+        return float(pairs[:, 1].mean() - pairs[:, 0].mean()), float(np.percentile(d, 2.5)), float(np.percentile(d, 97.5))
     rel = pairs[idx, 1].mean(1) / np.maximum(np.abs(pairs[idx, 0].mean(1)), 1e-12) - 1
     return float(pairs[:, 1].mean() / pairs[:, 0].mean() - 1), float(np.percentile(rel, 2.5)), float(np.percentile(rel, 97.5))
 
@@ -159,11 +166,11 @@ def main(argv=None):
     else:
         same = None
         print(f"no PILA adapter at {adapter_dir}: scoring the base model only", flush=True)
-    sim = [generate_clip("bounce" if m == "bounce" else "free_fall", 7_000_000 + i).frames
+    sim = [generate_clip("bounce" if m == "bounce" else "free_fall", 7_000_000 + i)
            for i, (_, _, m, _) in enumerate(items)]
     print(f"generated in {time.time() - t0:.0f} s; scoring", flush=True)
     scores = {name: [score(pipe, fr, c) for fr, (_, c, _, _) in zip(clips, items)] for name, clips in arms.items()}
-    scores["simulator (reference)"] = [score(pipe, fr, c) for fr, (_, c, _, _) in zip(sim, items)]
+    scores["simulator (reference)"] = [score(pipe, c.frames, c.caption.split()[1]) for c in sim]
 
     # table
     results = {"num_clips_per_arm": a.num, "steps": a.steps, "guidance": a.guidance, "scale": a.scale,
@@ -184,14 +191,19 @@ def main(argv=None):
             continue
         ch = {}
         for key, _, _ in HEADLINE:
-            ch[key] = paired_change([r.get(key, float("nan")) for r in base], [r.get(key, float("nan")) for r in rows])
+            ch[key] = paired_change([r.get(key, float("nan")) for r in base], [r.get(key, float("nan")) for r in rows],
+                                    absolute=key in SHARES)
         results["changes_vs_base"][name] = ch
         lines.append(f"| change of {name} vs base | " + " | ".join(
-            f"{100 * c[0]:+.1f}% [{100 * c[1]:+.1f}, {100 * c[2]:+.1f}]" for c in ch.values()) + " |")
+            f"{100 * c[0]:+.1f}{' pp' if k in SHARES else '%'} [{100 * c[1]:+.1f}, {100 * c[2]:+.1f}]"
+            for k, c in ch.items()) + " |")
+    results["per_clip"] = {name: [{k: (float(v) if isinstance(v, (int, float, np.floating, np.integer)) else v)
+                                   for k, v in r.items()} for r in rows] for name, rows in scores.items()}
     table = "\n".join(lines)
     with open(os.path.join(a.out, "table.md"), "w") as fh:
         fh.write(table + "\n\nMeans over clips with bootstrap 95% intervals; changes are paired (same prompt and "
-                 "seed) relative changes of the mean with paired bootstrap intervals.\n")
+                 "seed) relative changes of the mean (shares: differences in percentage points) with paired "
+                 "bootstrap intervals.\n")
     with open(os.path.join(a.out, "results.json"), "w") as fh:
         json.dump(results, fh, indent=1)
 
