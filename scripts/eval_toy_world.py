@@ -197,8 +197,8 @@ def main(argv=None):
         lines.append(f"| change of {name} vs base | " + " | ".join(
             f"{100 * c[0]:+.1f}{' pp' if k in SHARES else '%'} [{100 * c[1]:+.1f}, {100 * c[2]:+.1f}]"
             for k, c in ch.items()) + " |")
-    results["per_clip"] = {name: [{k: (float(v) if isinstance(v, (int, float, np.floating, np.integer)) else v)
-                                   for k, v in r.items()} for r in rows] for name, rows in scores.items()}
+    results["per_clip"] = {name: [{k: (v.item() if isinstance(v, np.generic) else v) for k, v in r.items()}
+                                  for r in rows] for name, rows in scores.items()}
     table = "\n".join(lines)
     with open(os.path.join(a.out, "table.md"), "w") as fh:
         fh.write(table + "\n\nMeans over clips with bootstrap 95% intervals; changes are paired (same prompt and "
