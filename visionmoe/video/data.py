@@ -298,7 +298,7 @@ class CacheConfig:
     num_frames: int = 17
     height: int = 64
     width: int = 64
-    max_sequence_length: int = 64
+    max_sequence_length: int = 512  # WanPipeline pads prompts to 512 tokens: train as inference runs
     model: str = ""  # identifies the VAE / text encoder the cache was made with
 
     def __post_init__(self):

@@ -76,7 +76,7 @@ class TrainConfig:
     num_frames: int = 17
     height: int = 64
     width: int = 64
-    max_sequence_length: int = 64
+    max_sequence_length: int = 512  # WanPipeline pads prompts to 512 tokens: train as inference runs
     # optimisation
     max_steps: int = 1000
     batch_size: int = 4
