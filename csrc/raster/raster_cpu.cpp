@@ -198,6 +198,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> project_bwd(
 
 // ----------------------------------------------------------------------------- SH
 
+// World-space centre of each camera (SH view directions need only the pose, not intrinsics).
+template <typename T>
+std::vector<gs::Vec3<T>> camera_centres(const at::Tensor& viewmats, int64_t C) {
+  std::vector<gs::Vec3<T>> centres(C);
+  const T* vp = viewmats.data_ptr<T>();
+  const T identityK[9] = {1, 0, 0, 0, 1, 0, 0, 0, 1};
+  for (int64_t c = 0; c < C; ++c) centres[c] = gs::camera_center(gs::load_camera(vp + c * 16, identityK, 1, 1));
+  return centres;
+}
+
 at::Tensor sh_fwd(const at::Tensor& sh_in, const at::Tensor& means_in, const at::Tensor& viewmats_in,
                   const at::Tensor& radii_in, int64_t degree) {
   check_inputs_common(sh_in, "sh");
@@ -209,10 +219,7 @@ at::Tensor sh_fwd(const at::Tensor& sh_in, const at::Tensor& means_in, const at:
   auto colors = at::zeros({C, N, 3}, sh.options());
   VM_RASTER_DISPATCH(sh.scalar_type(), "sh_fwd", [&] {
     using T = scalar_t;
-    std::vector<gs::Vec3<T>> centres(C);
-    const T* vp = viewmats.data_ptr<T>();
-    const T zeroK[9] = {1, 0, 0, 0, 1, 0, 0, 0, 1};
-    for (int64_t c = 0; c < C; ++c) centres[c] = gs::camera_center(gs::load_camera(vp + c * 16, zeroK, 1, 1));
+    const auto centres = camera_centres<T>(viewmats, C);
     const T* shp = sh.data_ptr<T>();
     const T* mp = means.data_ptr<T>();
     const int* rp = radii.data_ptr<int>();
@@ -240,10 +247,7 @@ std::tuple<at::Tensor, at::Tensor> sh_bwd(const at::Tensor& sh_in, const at::Ten
   auto v_means = at::zeros_like(means);
   VM_RASTER_DISPATCH(sh.scalar_type(), "sh_bwd", [&] {
     using T = scalar_t;
-    std::vector<gs::Vec3<T>> centres(C);
-    const T* vp = viewmats.data_ptr<T>();
-    const T zeroK[9] = {1, 0, 0, 0, 1, 0, 0, 0, 1};
-    for (int64_t c = 0; c < C; ++c) centres[c] = gs::camera_center(gs::load_camera(vp + c * 16, zeroK, 1, 1));
+    const auto centres = camera_centres<T>(viewmats, C);
     const T* shp = sh.data_ptr<T>();
     const T* mp = means.data_ptr<T>();
     const int* rp = radii.data_ptr<int>();
