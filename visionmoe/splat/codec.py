@@ -550,56 +550,116 @@ def _allocate_and_encode(pyr, meta, target_bytes, preset_pin, seed, prog, timing
         timings["quantize"] = timings.get("quantize", 0) + time.perf_counter() - t
         t = time.perf_counter()
         prog("encode", 0, 1)
-        k, data, terminal, coded, stats = _tune_cut(pyr, qz, k, meta, target_bytes)
-        timings["encode"] = timings.get("encode", 0) + time.perf_counter() - t
+        tuner = _CutTuner(pyr, qz, meta, target_bytes)
         err = 0.0
         if verify and len(shortlist) > 1:
+            k, size, probe_data = tuner.probe(k)
+            timings["encode"] = timings.get("encode", 0) + time.perf_counter() - t
             t = time.perf_counter()
-            err = verify["error"](decompress(data))
+            err = verify["error"](decompress(probe_data))
             timings["verify"] = timings.get("verify", 0) + time.perf_counter() - t
-            logger.debug("verify preset %s: %d bytes, render MSE %.3g", pi, len(data), err)
+            logger.debug("verify preset %s: ~%d bytes, render MSE %.3g", pi, size, err)
+        else:
+            k, size = tuner.finish(k)
+            timings["encode"] = timings.get("encode", 0) + time.perf_counter() - t
         # rate contract first (never over the target, at most 5% under), then the real error
-        miss = len(data) > target_bytes or len(data) < 0.95 * target_bytes
-        results.append(((miss, err), data, (qz, k, terminal, coded, stats)))
+        miss = size > target_bytes or size < 0.95 * target_bytes
+        if best is None or (miss, err) < best[0]:
+            if best is not None:
+                best[2].release()
+            best = ((miss, err), pi, tuner, k)
+        else:
+            tuner.release()
+    _, pi, tuner, k = best
+    t = time.perf_counter()
+    k, _ = tuner.finish(k)
+    data, terminal, coded, stats = tuner.full[k]
+    timings["encode"] = timings.get("encode", 0) + time.perf_counter() - t
     prog("encode", 1, 1)
-    _, data, info = min(results, key=lambda r: r[0])
-    return data, info
+    return data, (tuner.qz, k, terminal, coded, stats)
+
+
+class _CutTuner:
+    """Finds the number of splits k whose real file lands in [0.97, 1.0] x target when possible
+    (secant steps on the estimated rate curve, bisection as the fallback). Full encodes try every
+    coder; probe encodes (raw/rANS only, about 4x cheaper) are scaled by the full/probe size ratio
+    measured at the start point and steer the search, so most tunings need 1-2 full encodes."""
+
+    def __init__(self, pyr, qz, meta, target):
+        self.pyr, self.qz, self.meta, self.target = pyr, qz, meta, target
+        self.kmax = len(qz.plan.order_level)
+        self.full, self.fast = {}, {}
+
+    def full_size(self, kk: int) -> int:
+        if kk not in self.full:
+            stats = []
+            data, terminal, coded = _encode_cut(self.pyr, self.qz, kk, self.meta, fast=False, stats=stats)
+            self.full[kk] = (data, terminal, coded, stats)
+        return len(self.full[kk][0])
+
+    def fast_size(self, kk: int) -> int:
+        if kk not in self.fast:
+            self.fast[kk] = _encode_cut(self.pyr, self.qz, kk, self.meta, fast=True)[0]
+        return len(self.fast[kk])
+
+    def _search(self, k: int, size_of, lo: float, hi: float) -> int:
+        target, plan = self.target, self.qz.plan
+        lo_k, hi_k = 0, self.kmax + 1  # hi_k: smallest k known to be too big (exclusive bound)
+        for _ in range(16):
+            s = size_of(k)
+            if lo * target <= s <= hi * target:
+                return k
+            if s > hi * target:
+                hi_k = k
+            else:
+                lo_k = k
+                if k == self.kmax:
+                    return k
+            if hi_k - lo_k <= 1:
+                return lo_k
+            est = plan.rate[k] + self.qz.fixed_bytes
+            goal = plan.rate[k] + (target * (lo + hi) / 2 - s) * (plan.rate[k] / max(est, 1))
+            k_new = int(np.searchsorted(plan.rate, goal, side="right") - 1)
+            if not lo_k < k_new < hi_k:
+                k_new = (lo_k + hi_k) // 2
+            k = k_new
+        return k
+
+    def probe(self, k: int) -> tuple[int, float, bytes]:
+        """Tune on probe encodes: -> (k, estimated full size, a decodable probe file at k)."""
+        s = self.full_size(k)
+        if 0.97 * self.target <= s <= self.target:
+            return k, s, self.full[k][0]
+        scale = s / max(self.fast_size(k), 1)
+        k = self._search(k, lambda kk: scale * self.fast_size(kk), 0.975, 0.995)
+        if k in self.full:
+            return k, self.full_size(k), self.full[k][0]
+        return k, scale * self.fast_size(k), self.fast[k]
+
+    def finish(self, k: int) -> tuple[int, int]:
+        """Tune on full encodes from ``k``: -> (k, real size); ``self.full[k]`` holds the file."""
+        if not 0.97 * self.target <= self.full_size(k) <= self.target and len(self.full) == 1:
+            # first full encode missed: steer by scaled probe encodes, then confirm with full ones
+            scale = self.full_size(k) / max(self.fast_size(k), 1)
+            k = self._search(k, lambda kk: scale * self.fast_size(kk), 0.975, 0.995)
+        k = self._search(k, self.full_size, 0.97, 1.0)
+        if self.full_size(k) > self.target:  # fall back to the largest measured cut under the target
+            under = [kk for kk in self.full if len(self.full[kk][0]) <= self.target]
+            if under:
+                k = max(under)
+        return k, self.full_size(k)
+
+    def release(self) -> None:
+        """Drop the encodes and the quantised symbols (a rung that lost the render check)."""
+        self.full, self.fast = {}, {}
+        self.qz.symbols = []
 
 
 def _tune_cut(pyr, qz, k, meta, target):
-    """Adjust the number of splits so the real file lands in [0.97, 1.0] x target when possible
-    (secant steps on the estimated rate curve, bisection as the fallback)."""
-    kmax = len(qz.plan.order_level)
-    lo_k, hi_k = 0, kmax + 1  # hi_k: smallest size known to be too big (exclusive bound)
-    sizes = {}
-
-    def size_of(kk):
-        if kk not in sizes:
-            sizes[kk] = _encode_cut(pyr, qz, kk, meta, fast=False)
-        return len(sizes[kk][0])
-
-    for _ in range(16):
-        s = size_of(k)
-        if 0.97 * target <= s <= target:
-            break
-        if s > target:
-            hi_k = k
-        else:
-            lo_k = k
-            if k == kmax:
-                break
-        if hi_k - lo_k <= 1:
-            k = lo_k
-            break
-        est = qz.plan.rate[k] + qz.fixed_bytes
-        goal = qz.plan.rate[k] + (target * 0.985 - s) * (qz.plan.rate[k] / max(est, 1))
-        k_new = int(np.searchsorted(qz.plan.rate, goal, side="right") - 1)
-        if not lo_k < k_new < hi_k:
-            k_new = (lo_k + hi_k) // 2
-        k = k_new
-    size_of(k)
-    stats = []
-    data, terminal, coded = _encode_cut(pyr, qz, k, meta, fast=False, stats=stats)
+    """Tune the cut size against real encoded bytes: -> (k, data, terminal, coded, stats)."""
+    tuner = _CutTuner(pyr, qz, meta, target)
+    k, _ = tuner.finish(k)
+    data, terminal, coded, stats = tuner.full[k]
     return k, data, terminal, coded, stats
 
 

@@ -3,17 +3,40 @@
 PGMS clusters different attributes at different pyramid levels: the view-dependent SH bands
 of fine-level primitives (appearance prototypes) and the scale-rotation shape of merged,
 coarse-level primitives (scale-rotation prototypes). Both use :func:`build_codebook`, a
-deterministic weighted Lloyd iteration on the shared ``nearest_center`` op (BLAS GEMM +
-fused arg-min), trained on a contribution-weighted subsample and then applied to all rows.
+deterministic weighted Lloyd iteration, trained on a contribution-weighted subsample and
+then applied to all rows. Nearest-prototype search uses faiss (``IndexFlatL2``) when faiss-cpu
+is installed (5-20x faster than the shared ``nearest_center`` op at these low dimensions,
+D = 9..45, on CPU) and the shared op otherwise; both are exact.
 """
 
 from __future__ import annotations
 
 import torch
 
-from ..ops.routing import nearest_center
+from ..ops.routing import nearest_center as _nearest_center_op
 
 __all__ = ["build_codebook", "assign", "shape_features", "shape_from_features", "segment_sum"]
+
+
+def _faiss():
+    try:
+        import faiss  # optional (the ``bench`` extra): exact L2 search, fast at low D
+    except Exception:  # pragma: no cover - depends on the environment
+        return None
+    return faiss
+
+
+def nearest_center(x: torch.Tensor, centers: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Index [N] (int64) of the nearest centre of each row and its squared distance [N] (exact)."""
+    faiss = _faiss() if x.device.type == "cpu" else None
+    if faiss is None or x.shape[0] == 0:
+        return _nearest_center_op(x, centers)
+    faiss.omp_set_num_threads(max(1, torch.get_num_threads()))
+    xs = x.detach().float().contiguous().numpy()
+    index = faiss.IndexFlatL2(xs.shape[1])
+    index.add(centers.detach().float().contiguous().numpy())
+    d, i = index.search(xs, 1)
+    return torch.from_numpy(i[:, 0].astype("int64")), torch.from_numpy(d[:, 0]).clamp_min(0)
 
 
 def segment_sum(x: torch.Tensor, w: torch.Tensor, ids: torch.Tensor, k: int) -> torch.Tensor:

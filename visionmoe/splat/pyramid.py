@@ -29,6 +29,7 @@ __all__ = ["Pyramid", "build_pyramid", "pair_error", "morton_codes", "GEOMETRY_C
 # (1 - Bhattacharyya overlap). Calibrated against renders of the shared scenes: smaller values
 # let the allocator merge too eagerly (a merged blob also covers pixels its members never did).
 GEOMETRY_CONTRAST = 0.5
+_CHUNK = 1 << 18  # rows per block when a pass over all leaves would need large temporaries
 
 
 def morton_codes(points: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor, bits: int = 21) -> torch.Tensor:
@@ -160,6 +161,11 @@ def build_pyramid(scene: GaussianScene, weights: torch.Tensor, *, branching: int
             pyr.distortion.append(torch.zeros(levels[lv].num_gaussians))
             continue
         anc = pyr.ancestors(lv)
-        err = pair_error(leaves, levels[lv].subset(anc)) * w_leaf
-        pyr.distortion.append(torch.zeros(levels[lv].num_gaussians, dtype=torch.float64).index_add_(0, anc, err.double()).float())
+        dist = torch.zeros(levels[lv].num_gaussians, dtype=torch.float64)
+        # chunked: pair_error's temporaries on all leaves at once cost GBs on multi-million scenes
+        for s in range(0, anc.shape[0], _CHUNK):
+            a = anc[s: s + _CHUNK]
+            err = pair_error(leaves.subset(slice(s, s + _CHUNK)), levels[lv].subset(a)) * w_leaf[s: s + _CHUNK]
+            dist.index_add_(0, a, err.double())
+        pyr.distortion.append(dist.float())
     return pyr

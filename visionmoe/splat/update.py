@@ -27,6 +27,8 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["merge", "footprint_area", "refine"]
 
+_CHUNK = 1 << 18  # rows per block for passes that would otherwise copy every Gaussian's SH
+
 
 def footprint_area(log_scales: torch.Tensor) -> torch.Tensor:
     """Footprint area proxy [N]: product of the two largest scales."""
@@ -51,9 +53,12 @@ def merge(scene: GaussianScene, weights: torch.Tensor, segment_ids: torch.Tensor
     inner = torch.zeros(num_segments, 9).index_add_(0, segment_ids, cov.reshape(-1, 9) * w[:, None]) / wsum[:, None]
     merged_cov = mom.cov + inner.reshape(-1, 3, 3)
     quats, log_scales = decompose_covariance(merged_cov)
-    sh = scene.sh.float().reshape(scene.num_gaussians, -1)
-    sh_m = torch.zeros(num_segments, sh.shape[1]).index_add_(0, segment_ids, sh * w[:, None]) / wsum[:, None]
-    sh_m = sh_m.reshape(num_segments, -1, 3)
+    k = scene.sh_rest.shape[1] + 1
+    sh_m = torch.zeros(num_segments, 3 * k)
+    for s in range(0, scene.num_gaussians, _CHUNK):  # chunked: an [N, K, 3] copy is GBs at 2M SH3
+        blk = torch.cat([scene.sh_dc[s: s + _CHUNK, None], scene.sh_rest[s: s + _CHUNK]], 1).float()
+        sh_m.index_add_(0, segment_ids[s: s + _CHUNK], blk.reshape(blk.shape[0], -1) * w[s: s + _CHUNK, None])
+    sh_m = (sh_m / wsum[:, None]).reshape(num_segments, -1, 3)
     alpha = torch.sigmoid(scene.opacity_logits.float())
     visible = (weights > 0).float() if bool((weights > 0).any()) else torch.ones_like(alpha)
     mass = torch.zeros(num_segments).index_add_(0, segment_ids, alpha * footprint_area(scene.log_scales) * visible)
