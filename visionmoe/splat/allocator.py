@@ -44,6 +44,7 @@ class Preset:
     shape_codebook: int  # scale-rotation codebook size cap (coarse tiers)
     geometry: int = -1  # rung indices this preset was made from
     appearance: int = -1
+    sh_step: float = 0.0  # > 0: per-primitive SH quantised at this step instead of a codebook
 
     def __post_init__(self):
         if not (0 < self.pos_rel and 0 < self.dc_step and 0 < self.ls_step and 0 <= self.sh_fraction <= 1):
@@ -59,11 +60,13 @@ GEOMETRY_LADDER: tuple[tuple, ...] = (
     (0.25, 1 / 32, 0.12, 6, 7, 2048),
     (0.18, 1 / 48, 0.08, 6, 7, 2048),
     (0.12, 1 / 64, 0.06, 7, 8, 4096),
-    (0.08, 1 / 96, 0.04, 8, 9, 4096),
-    (0.04, 1 / 192, 0.02, 9, 10, 8192),
-    (0.02, 1 / 512, 0.01, 10, 12, 8192),
+    (0.06, 1 / 96, 0.05, 8, 8, 4096),
+    (0.035, 1 / 192, 0.03, 9, 9, 8192),
+    (0.02, 1 / 512, 0.015, 10, 11, 8192),
 )
-# Appearance: (fraction of fine primitives keeping view-dependent SH, SH degree, codebook size).
+# Appearance: (fraction of fine primitives keeping view-dependent SH, SH degree, codebook size
+# [, per-primitive step]). The last rungs code each primitive's SH on a uniform grid (no
+# codebook): near-lossless appearance when the budget allows.
 APPEARANCE_LADDER: tuple[tuple, ...] = (
     (0.00, 0, 0),
     (0.25, 1, 32),
@@ -75,6 +78,10 @@ APPEARANCE_LADDER: tuple[tuple, ...] = (
     (1.00, 3, 1024),
     (1.00, 3, 2048),
     (1.00, 3, 4096),
+    (1.00, 3, 0, 1 / 24),
+    (1.00, 3, 0, 1 / 64),
+    (1.00, 3, 0, 1 / 128),
+    (1.00, 3, 0, 1 / 256),
 )
 
 
@@ -83,8 +90,9 @@ def make_preset(geometry: int, appearance: int) -> Preset:
         raise ValueError(f"preset rungs must be in [0, {len(GEOMETRY_LADDER) - 1}] x [0, {len(APPEARANCE_LADDER) - 1}], "
                          f"got ({geometry}, {appearance})")
     pos_rel, dc_step, ls_step, op_bits, rot_bits, shape_cb = GEOMETRY_LADDER[geometry]
-    frac, deg, sh_cb = APPEARANCE_LADDER[appearance]
-    return Preset(pos_rel, dc_step, ls_step, op_bits, rot_bits, frac, deg, sh_cb, shape_cb, geometry, appearance)
+    frac, deg, sh_cb, *step = APPEARANCE_LADDER[appearance]
+    return Preset(pos_rel, dc_step, ls_step, op_bits, rot_bits, frac, deg, sh_cb, shape_cb, geometry, appearance,
+                  step[0] if step else 0.0)
 
 
 def symbol_bits(values: np.ndarray) -> np.ndarray:

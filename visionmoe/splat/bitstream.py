@@ -32,7 +32,8 @@ import numpy as np
 from .io import SceneError
 
 MAGIC = b"\x89PGMS\r\n\x1a"
-VERSION = (1, 0)
+VERSION = (2, 0)
+READABLE_MAJORS = (1, 2)  # 1.x files (no PALT section) decode unchanged
 SECTION_HEADER = struct.Struct("<4sBBHI")  # tag, level, reserved, reserved, length
 STREAM_HEAD = struct.Struct("<BBBBIQI")  # kind, coder, width, pad, n, alphabet, coded size
 GLOBAL_LEVEL = 0xFF
@@ -83,9 +84,10 @@ def read_preamble(data: bytes | memoryview) -> tuple[int, int]:
     if bytes(data[:8]) != MAGIC:
         raise FormatError(f"not a .pgms file: magic {bytes(data[:8])!r}, expected {MAGIC!r}")
     major, minor = struct.unpack_from("<HH", data, 8)
-    if major != VERSION[0]:
+    if major not in READABLE_MAJORS:
         raise FormatError(
-            f".pgms format version {major}.{minor} is not supported by this decoder (reads {VERSION[0]}.x); "
+            f".pgms format version {major}.{minor} is not supported by this decoder (reads "
+            f"{', '.join(f'{m}.x' for m in READABLE_MAJORS)}); "
             "upgrade visionmoe or re-encode"
         )
     return major, minor
@@ -304,6 +306,13 @@ class StreamReader:
         self.pos += size
         return kind, coder, width, n, alphabet, body
 
+    def _peek_head(self, name: str):
+        pos = self.pos
+        try:
+            return self._head(name)
+        finally:
+            self.pos = pos
+
     def ints(self, name: str, n_expected: int | None = None, lo: int | None = None, hi: int | None = None) -> np.ndarray:
         kind, coder, width, n, alphabet, body = self._head(name)
         if kind != KIND_INT:
@@ -382,6 +391,136 @@ class Quantizer:
             raise FormatError(f"quantiser bits out of range (opacity {self.op_bits}, rotation {self.rot_bits})")
 
 
+@dataclass(frozen=True)
+class ShGrid:
+    """Per-primitive view-dependent SH (section SHQP): the first ``(degree+1)^2 - 1`` bands of
+    each fine-tier node with ``sh_flag`` coded as integers ``round(coefficient / step)``."""
+
+    degree: int
+    step: float
+
+    def __post_init__(self):
+        if not 1 <= self.degree <= 3 or not (np.isfinite(self.step) and 1e-6 < self.step < 1e3):
+            raise FormatError(f"SHQP: degree {self.degree} / step {self.step} out of range (1-3, (1e-6, 1e3))")
+
+    @property
+    def coefficients(self) -> int:
+        return (self.degree + 1) ** 2 - 1
+
+
+SHQP = struct.Struct("<BBHf")  # degree, reserved, reserved, step
+
+
+PALETTE_CHANNELS = ("dc0", "dc1", "dc2", "op", "ls0", "ls1", "ls2")
+PALETTE_NONE, PALETTE_ABSOLUTE, PALETTE_PREDICTED = 0, 1, 2
+MAX_PALETTE = 4096
+
+
+@dataclass
+class Palettes:
+    """Value tables of fine-tier attribute channels that sit on a small set of values (section PALT).
+
+    Scenes decoded from lossy formats (8-bit colour and opacity, codebook scales) hold few
+    distinct values per channel; coding the index into the sorted table of those values is
+    lossless and cheaper than a uniform step fine enough to keep them. Channels (see
+    :data:`PALETTE_CHANNELS`): SH DC per colour (the value), opacity (the logit), log-scale per
+    axis. ``mode[ch]``: PALETTE_ABSOLUTE codes the index, PALETTE_PREDICTED (DC only) codes the
+    index minus the index nearest the decoded parent's DC value.
+    """
+
+    values: dict  # channel -> float32 [K] strictly increasing
+    mode: dict  # channel -> PALETTE_ABSOLUTE | PALETTE_PREDICTED
+
+    def subset(self, channels) -> "Palettes | None":
+        keep = [c for c in PALETTE_CHANNELS if c in channels and c in self.values]
+        if not keep:
+            return None
+        return Palettes({c: self.values[c] for c in keep}, {c: self.mode[c] for c in keep})
+
+    def gap(self, ch: str, domain=None) -> float:
+        """Median spacing of a channel's table (in ``domain(values)`` when given)."""
+        v = self.values[ch].astype(np.float64)
+        v = domain(v) if domain is not None else v
+        return float(np.median(np.diff(v))) if len(v) > 1 else float("inf")
+
+
+def _nearest_index(table: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Index [N] of the nearest entry of a sorted table to each x."""
+    t = table.astype(np.float64)
+    x = np.asarray(x, np.float64)
+    j = np.clip(np.searchsorted(t, x), 1, max(len(t) - 1, 1))
+    if len(t) == 1:
+        return np.zeros(len(x), np.int64)
+    left = t[j - 1]
+    right = t[j]
+    return np.where(np.abs(x - left) <= np.abs(right - x), j - 1, j).astype(np.int64)
+
+
+def _entropy(v: np.ndarray) -> float:
+    _, c = np.unique(v, return_counts=True)
+    p = c / c.sum()
+    return float(-(p * np.log2(p)).sum())
+
+
+def detect_palettes(leaves, parent_dc: np.ndarray | None = None, max_size: int = MAX_PALETTE) -> Palettes | None:
+    """Find the channels of the fine tier (``leaves``, a GaussianScene) that take at most
+    ``max_size`` (and at most N/4) distinct values; DC channels get PALETTE_PREDICTED when
+    the index residual against the parent's DC (``parent_dc`` [N, 3]) has lower entropy."""
+    n = leaves.num_gaussians
+    cols = {"op": leaves.opacity_logits.numpy().reshape(-1)}
+    for c in range(3):
+        cols[f"dc{c}"] = leaves.sh_dc.numpy()[:, c]
+        cols[f"ls{c}"] = leaves.log_scales.numpy()[:, c]
+    values, mode = {}, {}
+    for ch in PALETTE_CHANNELS:
+        x = np.asarray(cols[ch], np.float32)
+        if n < 64 or not np.isfinite(x).all():
+            continue
+        u = np.unique(x)
+        if len(u) > min(max_size, n // 4):
+            continue
+        values[ch] = u
+        mode[ch] = PALETTE_ABSOLUTE
+        if ch.startswith("dc") and parent_dc is not None and len(u) > 1:
+            idx = _nearest_index(u, x)
+            pidx = _nearest_index(u, parent_dc[:, int(ch[2])])
+            if _entropy(idx - pidx) < _entropy(idx):
+                mode[ch] = PALETTE_PREDICTED
+    return Palettes(values, mode) if values else None
+
+
+def write_palettes(w: "StreamWriter", pal: Palettes) -> None:
+    w.ints("palette_mode", np.array([pal.mode.get(c, PALETTE_NONE) if c in pal.values else PALETTE_NONE
+                                     for c in PALETTE_CHANNELS], np.int64))
+    for c in PALETTE_CHANNELS:
+        if c in pal.values:
+            w.floats(f"palette_{c}", pal.values[c], half=False)
+
+
+def read_palettes(payload: bytes) -> Palettes:
+    r = StreamReader(payload, "PALT")
+    modes = r.ints("palette_mode", len(PALETTE_CHANNELS), 0, 2)
+    values, mode = {}, {}
+    for c, m in zip(PALETTE_CHANNELS, modes.tolist()):
+        if m == PALETTE_NONE:
+            continue
+        if m == PALETTE_PREDICTED and not c.startswith("dc"):
+            raise FormatError(f"PALT: channel {c} cannot be parent-predicted (only dc0-dc2)")
+        kind, coder, width, n, _a, _b = r._peek_head(f"palette_{c}")
+        if not 1 <= n <= MAX_PALETTE:
+            raise FormatError(f"PALT: palette {c} has {n} entries, expected 1-{MAX_PALETTE}")
+        v = r.floats(f"palette_{c}", n)
+        if kind != KIND_F32 or (n > 1 and not (np.diff(v.astype(np.float64)) > 0).all()):
+            raise FormatError(f"PALT: palette {c} is not a strictly increasing float32 table")
+        if c.startswith("ls") and np.abs(v).max() > 80:
+            raise FormatError(f"PALT: palette {c} holds log-scales out of range")
+        values[c], mode[c] = v.astype(np.float32), m
+    r.done()
+    if not values:
+        raise FormatError("PALT: section present but no channel has a palette")
+    return Palettes(values, mode)
+
+
 def _q_rot(quats: np.ndarray, bits: int) -> tuple[np.ndarray, np.ndarray]:
     q = quats / np.maximum(np.linalg.norm(quats, axis=1, keepdims=True), 1e-12)
     big = np.argmax(np.abs(q), axis=1)
@@ -420,8 +559,10 @@ def _pos_step(log_scales: np.ndarray, quant: Quantizer) -> np.ndarray:
 
 
 def quantize_level(nodes, parent_means, parent_dcq, fine: bool, quant: Quantizer, shape_codebook,
-                   sh_keep=None, sh_codebook=None):
-    """Quantise one level's nodes (closed loop on the decoded parents): -> (symbol dict, decoded arrays)."""
+                   sh_keep=None, sh_codebook=None, palettes: Palettes | None = None):
+    """Quantise one level's nodes (closed loop on the decoded parents): -> (symbol dict, decoded arrays).
+
+    ``palettes`` (fine tier only): channels coded as indices into value tables (lossless)."""
     import torch
 
     from .prototypes import assign, shape_features, shape_from_features
@@ -429,10 +570,16 @@ def quantize_level(nodes, parent_means, parent_dcq, fine: bool, quant: Quantizer
     means = nodes.means.numpy().astype(np.float64)
     sym = {}
     if fine:
-        lsq = np.round(nodes.log_scales.numpy() / quant.ls_step).astype(np.int64)
+        ls_in = nodes.log_scales.numpy()
+        lsq = np.round(ls_in / quant.ls_step).astype(np.int64)
+        log_scales = (lsq * quant.ls_step).astype(np.float32)
+        for a in range(3):
+            if palettes is not None and f"ls{a}" in palettes.values:
+                tab = palettes.values[f"ls{a}"]
+                lsq[:, a] = _nearest_index(tab, ls_in[:, a])
+                log_scales[:, a] = tab[lsq[:, a]]
         big, u = _q_rot(nodes.quats.numpy().astype(np.float64), quant.rot_bits)
         sym["ls"], sym["rot_i"], sym["rot_q"] = lsq, big, u
-        log_scales = (lsq * quant.ls_step).astype(np.float32)
         quats = _dq_rot(big, u, quant.rot_bits)
     else:
         feats = shape_features(nodes.log_scales, nodes.quats)
@@ -444,14 +591,36 @@ def quantize_level(nodes, parent_means, parent_dcq, fine: bool, quant: Quantizer
     off = np.round((means - parent_means) / step).astype(np.int64)
     sym["pos"] = off
     dec_means = (parent_means + off * step).astype(np.float32)
-    dcq = np.round(nodes.sh_dc.numpy() / quant.dc_step).astype(np.int64)
+    dc_in = nodes.sh_dc.numpy()
+    dcq = np.round(dc_in / quant.dc_step).astype(np.int64)
     sym["dc"] = dcq - parent_dcq
+    dc = (dcq * quant.dc_step).astype(np.float32)
+    pal = palettes if fine else None
+    for c in range(3):
+        if pal is not None and f"dc{c}" in pal.values:
+            tab = pal.values[f"dc{c}"]
+            idx = _nearest_index(tab, dc_in[:, c])
+            dc[:, c] = tab[idx]
+            pred = _nearest_index(tab, parent_dcq[:, c] * quant.dc_step) if pal.mode[f"dc{c}"] == PALETTE_PREDICTED else 0
+            sym["dc"][:, c] = idx - pred
     levels_op = (1 << quant.op_bits) - 1
-    opq = np.clip(np.round(_sigmoid(nodes.opacity_logits.numpy().astype(np.float64)) * levels_op), 0, levels_op).astype(np.int64)
+    logit_in = nodes.opacity_logits.numpy().astype(np.float64)
+    opq = np.clip(np.round(_sigmoid(logit_in) * levels_op), 0, levels_op).astype(np.int64)
+    op_logit = None
+    if pal is not None and "op" in pal.values:
+        opq = _nearest_index(pal.values["op"], logit_in)
+        op_logit = pal.values["op"][opq]
     sym["op"] = opq
     n = nodes.num_gaussians
     rest = np.zeros((n, nodes.sh_rest.shape[1], 3), np.float32)
-    if fine and sh_codebook is not None and sh_keep is not None:
+    if fine and isinstance(sh_codebook, ShGrid) and sh_keep is not None:
+        k_cb = sh_codebook.coefficients
+        sym["sh_flag"] = sh_keep.astype(np.int64)
+        shq = np.round(nodes.sh_rest[:, :k_cb].numpy().astype(np.float64) / sh_codebook.step).astype(np.int64)
+        shq[~sh_keep] = 0
+        sym["sh_q"] = shq
+        rest[sh_keep, :k_cb] = (shq[sh_keep] * sh_codebook.step).astype(np.float32)
+    elif fine and sh_codebook is not None and sh_keep is not None:
         k_cb = sh_codebook.shape[1]
         sym["sh_flag"] = sh_keep.astype(np.int64)
         sym["sh_idx"] = np.zeros(n, np.int64)
@@ -460,8 +629,13 @@ def quantize_level(nodes, parent_means, parent_dcq, fine: bool, quant: Quantizer
             sidx = assign(rows, torch.from_numpy(sh_codebook.reshape(len(sh_codebook), -1))).numpy()
             sym["sh_idx"][sh_keep] = sidx
             rest[sh_keep, :k_cb] = sh_codebook[sidx]
-    decoded = dict(means=dec_means, log_scales=log_scales, quats=quats, dcq=dcq,
-                   dc=(dcq * quant.dc_step).astype(np.float32), alpha=_alpha_from_q(opq, quant.op_bits), rest=rest)
+    if op_logit is not None:
+        alpha = _sigmoid(op_logit.astype(np.float64)).astype(np.float32)
+    else:
+        alpha = _alpha_from_q(opq, quant.op_bits)
+    decoded = dict(means=dec_means, log_scales=log_scales, quats=quats, dcq=dcq, dc=dc, alpha=alpha, rest=rest)
+    if op_logit is not None:
+        decoded["op_logit"] = op_logit
     return sym, decoded
 
 
@@ -477,11 +651,14 @@ def _scene_from(decoded: dict):
 
     a = decoded["alpha"].astype(np.float64)
     t = torch.from_numpy
+    logit = decoded.get("op_logit")
+    if logit is None:
+        logit = np.log(a / (1 - a))
     return GaussianScene(
         means=t(np.ascontiguousarray(decoded["means"], np.float32)),
         quats=t(np.ascontiguousarray(decoded["quats"], np.float32)),
         log_scales=t(np.ascontiguousarray(decoded["log_scales"], np.float32)),
-        opacity_logits=t(np.log(a / (1 - a)).astype(np.float32)),
+        opacity_logits=t(np.ascontiguousarray(logit, np.float32)),
         sh_dc=t(np.ascontiguousarray(decoded["dc"], np.float32)),
         sh_rest=t(np.ascontiguousarray(decoded["rest"], np.float32)),
     )
@@ -496,6 +673,7 @@ class FileMeta:
     quant: Quantizer
     source_gaussians: int = 0
     reference_bytes: int = 0  # native-degree float32 .ply size of the source
+    palettes: Palettes | None = None  # fine-tier value tables (section PALT)
 
 
 def write_pgms(meta: FileMeta, shape_codebook: np.ndarray, sh_codebook: np.ndarray | None,
@@ -517,6 +695,11 @@ def write_pgms(meta: FileMeta, shape_codebook: np.ndarray, sh_codebook: np.ndarr
         total = sum(counts)
         if total == 0 or counts[0] == 0:
             raise ValueError("a coded pyramid needs at least one node at level 0")
+        shq = sh_codebook if isinstance(sh_codebook, ShGrid) else None
+        if shq is not None:
+            if not 1 <= shq.degree <= meta.sh_degree:
+                raise ValueError(f"per-primitive SH degree {shq.degree} exceeds the scene's {meta.sh_degree}")
+            sh_codebook = None
         has_sh = sh_codebook is not None and meta.sh_degree > 0 and len(sh_codebook) > 0
         head = HEAD.pack(
             n_levels, meta.sh_degree, q.op_bits, q.rot_bits, counts[0], total, meta.source_gaussians,
@@ -532,9 +715,17 @@ def write_pgms(meta: FileMeta, shape_codebook: np.ndarray, sh_codebook: np.ndarr
             w = StreamWriter()
             w.floats("sh_codebook", sh_codebook)
             out.append(pack_section("CBSH", w.getvalue()))
+        if shq is not None:
+            out.append(pack_section("SHQP", SHQP.pack(shq.degree, 0, 0, shq.step)))
+        if meta.palettes is not None and meta.palettes.values:
+            w = StreamWriter()
+            write_palettes(w, meta.palettes)
+            if stats is not None:
+                stats.extend((GLOBAL_LEVEL, *st) for st in w.stats)
+            out.append(pack_section("PALT", w.getvalue()))
         for lv in range(n_levels):
             w = StreamWriter()
-            _write_level(w, level_symbols[lv], child_counts[lv], lv == n_levels - 1, has_sh)
+            _write_level(w, level_symbols[lv], child_counts[lv], lv == n_levels - 1, has_sh, shq)
             if stats is not None:
                 stats.extend((lv, *st) for st in w.stats)
             out.append(pack_section("LEVL", w.getvalue(), level=lv))
@@ -555,7 +746,7 @@ def _coders():
     return (CODER_RAW, CODER_RANS) if _PROBE else (CODER_RAW, CODER_ZSTD, CODER_LZMA, CODER_RANS)
 
 
-def _write_level(w: StreamWriter, sym: dict, child_count, fine: bool, has_sh: bool) -> None:
+def _write_level(w: StreamWriter, sym: dict, child_count, fine: bool, has_sh: bool, shq: ShGrid | None = None) -> None:
     cod = _coders()
 
     def ints(name, v):
@@ -579,6 +770,11 @@ def _write_level(w: StreamWriter, sym: dict, child_count, fine: bool, has_sh: bo
     if fine and has_sh:
         ints("sh_flag", sym["sh_flag"])
         ints("sh_idx", sym["sh_idx"][sym["sh_flag"].astype(bool)])
+    if fine and shq is not None:
+        ints("sh_flag", sym["sh_flag"])
+        rows = sym["sh_q"][sym["sh_flag"].astype(bool)].reshape(-1, 3 * shq.coefficients)
+        for j in range(rows.shape[1]):
+            ints(f"sh{j}", rows[:, j])
     if not fine:
         ints("child_count", np.asarray(child_count, np.int64))
 
@@ -635,8 +831,9 @@ def read_container(data: bytes | memoryview, max_level: int | None = None):
     header = parse_header(first.payload, len(data))
     books, levels = {}, []
     for sec in it:
-        if sec.tag in ("CBSR", "CBSH"):
-            if levels or sec.tag in books:
+        if sec.tag in ("CBSR", "CBSH", "SHQP", "PALT"):
+            order = ("CBSR", "CBSH", "SHQP", "PALT")
+            if levels or sec.tag in books or any(order.index(t) > order.index(sec.tag) for t in books):
                 raise FormatError(f"corrupt .pgms: codebook section {sec.tag} out of order")
             books[sec.tag] = sec.payload
         elif sec.tag == "LEVL":
@@ -681,6 +878,15 @@ def decode_tree(data: bytes | memoryview, level: int | None = None):
         k_cb = (header.sh_codebook_degree + 1) ** 2 - 1
         sh_cb = r.floats("sh_codebook", header.sh_codebook_size * k_cb * 3).reshape(-1, k_cb, 3)
         r.done()
+    pal = read_palettes(books["PALT"]) if "PALT" in books else None
+    shq = None
+    if "SHQP" in books:
+        if sh_cb is not None or len(books["SHQP"]) != SHQP.size:
+            raise FormatError("SHQP: section has the wrong size or comes with an SH codebook")
+        d, r1, r2, step = SHQP.unpack(books["SHQP"])
+        if r1 or r2 or not 1 <= d <= header.sh_degree:
+            raise FormatError(f"SHQP: degree {d} invalid for SH degree {header.sh_degree} (or reserved bytes set)")
+        shq = ShGrid(d, step)
     q = header.quant
     fine_level = header.num_levels - 1
     n = header.level0
@@ -696,11 +902,17 @@ def decode_tree(data: bytes | memoryview, level: int | None = None):
         r = StreamReader(payloads[lv], where)
         fine = lv == fine_level
         big_bound = 1 << 40
+        fpal = pal.values if (fine and pal is not None) else {}
         if fine:
-            lsq = np.stack([r.ints(f"ls{a}", n, -big_bound, big_bound) for a in range(3)], 1)
+            log_scales = np.zeros((n, 3), np.float32)
+            for a in range(3):
+                tab = fpal.get(f"ls{a}")
+                if tab is not None:
+                    log_scales[:, a] = tab[r.ints(f"ls{a}", n, 0, len(tab) - 1)]
+                else:
+                    log_scales[:, a] = r.ints(f"ls{a}", n, -big_bound, big_bound) * q.ls_step
             big = r.ints("rot_i", n, 0, 3)
             u = np.stack([r.ints(f"rot{a}", n, 0, (1 << q.rot_bits) - 1) for a in range(3)], 1)
-            log_scales = (lsq * q.ls_step).astype(np.float32)
             quats = _dq_rot(big, u, q.rot_bits)
         else:
             idx = r.ints("shape", n, 0, header.shape_codebook_size - 1)
@@ -709,20 +921,40 @@ def decode_tree(data: bytes | memoryview, level: int | None = None):
             raise FormatError(f"{where}: decoded log-scales out of range")
         off = np.stack([r.ints(f"pos{a}", n, -big_bound, big_bound) for a in range(3)], 1)
         means = parent_means + off * _pos_step(log_scales, q)
-        dcq = parent_dcq + np.stack([r.ints(f"dc{a}", n, -big_bound, big_bound) for a in range(3)], 1)
-        opq = r.ints("op", n, 0, (1 << q.op_bits) - 1)
+        dc_res = np.stack([r.ints(f"dc{a}", n, -big_bound, big_bound) for a in range(3)], 1)
+        dcq = parent_dcq + dc_res
+        dc = (dcq * q.dc_step).astype(np.float32)
+        for c in range(3):
+            tab = fpal.get(f"dc{c}")
+            if tab is not None:
+                idx = dc_res[:, c].copy()
+                if pal.mode[f"dc{c}"] == PALETTE_PREDICTED:
+                    idx += _nearest_index(tab, parent_dcq[:, c] * q.dc_step)
+                if n and (idx.min() < 0 or idx.max() >= len(tab)):
+                    raise FormatError(f"{where}: stream 'dc{c}' indexes outside its {len(tab)}-entry palette")
+                dc[:, c] = tab[idx]
+        op_tab = fpal.get("op")
+        opq = r.ints("op", n, 0, (len(op_tab) if op_tab is not None else 1 << q.op_bits) - 1)
         rest = np.zeros((n, k_rest, 3), np.float32)
         if fine and sh_cb is not None:
             flag = r.ints("sh_flag", n, 0, 1).astype(bool)
             sidx = r.ints("sh_idx", int(flag.sum()), 0, len(sh_cb) - 1)
             rest[flag, : sh_cb.shape[1]] = sh_cb[sidx]
+        if fine and shq is not None:
+            flag = r.ints("sh_flag", n, 0, 1).astype(bool)
+            m, kq = int(flag.sum()), shq.coefficients
+            cols = [r.ints(f"sh{j}", m, -(1 << 20), 1 << 20) for j in range(3 * kq)]
+            if m:
+                rest[flag, :kq] = (np.stack(cols, 1).reshape(m, kq, 3) * shq.step).astype(np.float32)
         if fine:
             cc = np.zeros(n, np.int64)
         else:
             cc = r.ints("child_count", n, 0, MAX_CHILDREN)
         r.done()
-        dec = dict(means=means.astype(np.float32), log_scales=log_scales, quats=quats, dcq=dcq,
-                   dc=(dcq * q.dc_step).astype(np.float32), alpha=_alpha_from_q(opq, q.op_bits), rest=rest)
+        dec = dict(means=means.astype(np.float32), log_scales=log_scales, quats=quats, dcq=dcq, dc=dc,
+                   alpha=_alpha_from_q(opq, q.op_bits), rest=rest)
+        if op_tab is not None:
+            dec["op_logit"] = op_tab[opq]
         if not np.isfinite(dec["means"]).all() or not np.isfinite(dec["dc"]).all():
             raise FormatError(f"{where}: decoded positions or colours are not finite")
         decoded_levels.append(_scene_from(dec))
