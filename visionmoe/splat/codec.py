@@ -118,6 +118,24 @@ class _Quantized:
     fixed_bytes: int
     plan: CutPlan | None = None
     keep: np.ndarray | None = None
+    palettes: bs.Palettes | None = None
+
+
+def _active_palettes(pal: bs.Palettes | None, preset: Preset) -> bs.Palettes | None:
+    """The source's value tables this preset uses: a channel group is coded losslessly by its
+    palette when the preset's uniform step would be about as fine as the table's spacing
+    (then the table costs no more bits and has no error)."""
+    if pal is None:
+        return None
+    chans = []
+    for c in range(3):
+        if f"dc{c}" in pal.values and preset.dc_step <= 1.25 * pal.gap(f"dc{c}"):
+            chans.append(f"dc{c}")
+        if f"ls{c}" in pal.values and preset.ls_step <= 1.25 * pal.gap(f"ls{c}"):
+            chans.append(f"ls{c}")
+    if "op" in pal.values and 1 / ((1 << preset.op_bits) - 1) <= 1.25 * pal.gap("op", bs._sigmoid):
+        chans.append("op")
+    return pal.subset(chans)
 
 
 def _sh_keep_mask(pyr: Pyramid, fraction: float) -> np.ndarray:
@@ -152,7 +170,9 @@ def _codebooks(pyr: Pyramid, preset: Preset, sh_degree: int, seed: int, cache: d
     cb_degree = min(preset.sh_degree, sh_degree)
     if sh_degree > 0 and cb_degree > 0 and preset.sh_fraction > 0:
         keep = _sh_keep_mask(pyr, preset.sh_fraction)
-        if keep.any():
+        if keep.any() and preset.sh_step > 0:
+            sh_cb = bs.ShGrid(cb_degree, preset.sh_step)  # per-primitive SH, no codebook
+        elif keep.any():
             k_cb = (cb_degree + 1) ** 2 - 1
             size = min(preset.sh_codebook, max(4, int(keep.sum()) // 2))
             key = ("sh", preset.sh_fraction, cb_degree, size)
@@ -170,7 +190,7 @@ def _codebooks(pyr: Pyramid, preset: Preset, sh_degree: int, seed: int, cache: d
 def _node_bits(sym: dict, n: int, keep) -> np.ndarray:
     bits = np.zeros(n)
     for name, v in sym.items():
-        if name == "sh_idx":
+        if name in ("sh_idx", "sh_q"):
             continue
         v2 = v.reshape(n, -1)
         for col in range(v2.shape[1]):
@@ -178,6 +198,12 @@ def _node_bits(sym: dict, n: int, keep) -> np.ndarray:
     if "sh_idx" in sym and keep is not None and keep.any():
         b = np.zeros(n)
         b[keep] = symbol_bits(sym["sh_idx"][keep])
+        bits += b
+    if "sh_q" in sym and keep is not None and keep.any():
+        b = np.zeros(n)
+        rows = sym["sh_q"][keep].reshape(int(keep.sum()), -1)
+        for col in range(rows.shape[1]):
+            b[keep] += symbol_bits(rows[:, col])
         bits += b
     return bits
 
@@ -192,6 +218,7 @@ def _estimate(pyr: Pyramid, preset: Preset, meta: dict, samples: list, seed: int
     level (and SH tier); per-node bytes = mean entropy of its level (and SH tier)."""
     L = pyr.num_levels
     quant = _quantizer(preset, meta)
+    pal = _active_palettes(meta.get("palettes"), preset)
     shape_cb, sh_cb, keep = _codebooks(pyr, preset, meta["sh_degree"], seed, cache)
     cost, node_bytes = [], []
     for lv in range(L):
@@ -204,7 +231,8 @@ def _estimate(pyr: Pyramid, preset: Preset, meta: dict, samples: list, seed: int
             pm = pyr.levels[lv - 1].means[pyr.parent[lv][torch.from_numpy(idx)]].double().numpy()
         pdc = np.round(pyr.levels[lv - 1].sh_dc[pyr.parent[lv][torch.from_numpy(idx)]].numpy() / quant.dc_step).astype(np.int64) if lv else np.zeros((len(idx), 3), np.int64)
         kk = keep[idx] if (fine and keep is not None) else None
-        sym, dec = bs.quantize_level(nodes, pm, pdc, fine, quant, shape_cb, kk, sh_cb if fine else None)
+        sym, dec = bs.quantize_level(nodes, pm, pdc, fine, quant, shape_cb, kk, sh_cb if fine else None,
+                                     pal if fine else None)
         err = pair_error(nodes, bs._scene_from(dec)).numpy().astype(np.float64)
         w = pyr.weight[lv][torch.from_numpy(idx)].numpy().astype(np.float64)
         bits = _node_bits(sym, len(idx), kk) / 8 + (0.0 if fine else 0.25)
@@ -218,9 +246,14 @@ def _estimate(pyr: Pyramid, preset: Preset, meta: dict, samples: list, seed: int
                 per_b[gfull] = bits[gs].mean()
         cost.append(pyr.distortion[lv].numpy().astype(np.float64) + per_w * pyr.weight[lv].numpy())
         node_bytes.append(per_b)
-    fixed = 600 + 2 * shape_cb.size + (2 * sh_cb.size if sh_cb is not None else 0) + 16 * 20 * L
+    fixed = 600 + 2 * shape_cb.size + (2 * sh_cb.size if isinstance(sh_cb, np.ndarray) else 0) + 16 * 20 * L
+    if isinstance(sh_cb, bs.ShGrid):
+        fixed += 20 * 3 * ((sh_cb.degree + 1) ** 2 - 1)
+    if pal is not None:
+        fixed += sum(4 * len(v) + 20 for v in pal.values.values())
     qz = _Quantized(preset, quant, shape_cb, sh_cb, [], cost, node_bytes, fixed)
     qz.keep = keep
+    qz.palettes = pal
     return qz
 
 
@@ -233,7 +266,8 @@ def _quantize_full(pyr: Pyramid, qz: _Quantized, meta: dict) -> None:
     for lv in range(L):
         fine = lv == L - 1
         sym, dec = bs.quantize_level(pyr.levels[lv], parent_means, parent_dcq, fine, qz.quant, qz.shape_cb,
-                                     qz.keep if fine else None, qz.sh_cb if fine else None)
+                                     qz.keep if fine else None, qz.sh_cb if fine else None,
+                                     qz.palettes if fine else None)
         qz.symbols.append(sym)
         if not fine:
             par = pyr.parent[lv + 1].numpy()
@@ -272,7 +306,8 @@ def _encode_cut(pyr: Pyramid, qz: _Quantized, k: int, meta: dict, *, fast: bool,
         child_counts.append(cc)
         terminal.append(int((cc == 0).sum()))
     fm = bs.FileMeta(sh_degree=meta["sh_degree"], origin=meta["origin"], quant=qz.quant,
-                     source_gaussians=meta["source_gaussians"], reference_bytes=meta["reference_bytes"])
+                     source_gaussians=meta["source_gaussians"], reference_bytes=meta["reference_bytes"],
+                     palettes=qz.palettes)
     data = bs.write_pgms(fm, qz.shape_cb, qz.sh_cb, level_symbols, child_counts, fast=fast, stats=stats)
     return data, terminal, [int(m.sum()) for m in coded]
 
@@ -406,6 +441,9 @@ def _compress(scene, ratio, size, psnr, cameras, device, contributions, num_view
         "origin": ((lo + hi) / 2).double().numpy(), "min_step": extent * 2.0**-20, "sh_degree": scene.sh_degree,
         "source_gaussians": n_in, "reference_bytes": ref_bytes,
     }
+    leaves = pyr.levels[-1]
+    parent_dc = pyr.levels[-2].sh_dc[pyr.parent[-1]].numpy() if pyr.num_levels > 1 else None
+    meta["palettes"] = bs.detect_palettes(leaves, parent_dc)
     pixels = float(_num_pixels(cameras)) if cameras is not None else None
 
     verify_spec = None
@@ -508,6 +546,7 @@ def _allocate_and_encode(pyr, meta, target_bytes, preset_pin, seed, prog, timing
         # coordinate-wise hill climbing from the middle of both ladders (RD is unimodal in practice)
         best = (len(GEOMETRY_LADDER) // 2, n_app // 2)
         improved = True
+        tried_jumps = False
         while improved:
             improved = False
             for axis, size in ((0, len(GEOMETRY_LADDER)), (1, n_app)):
@@ -519,6 +558,13 @@ def _allocate_and_encode(pyr, meta, target_bytes, preset_pin, seed, prog, timing
                         if not 0 <= nxt[axis] < size or evaluate(nxt) >= evaluate(best):
                             break
                         best, improved = nxt, True
+            if not improved and not tried_jumps and n_app > 5:
+                # the per-primitive SH rungs sit beyond the codebook rungs: a local climb along the
+                # appearance ladder can stall before them, so try them directly once
+                tried_jumps = True
+                for a in range(n_app - 4, n_app):
+                    if evaluate((best[0], a)) < evaluate(best):
+                        best, improved = (best[0], a), True
     prog("allocate", len(cache), len(cache))
     timings["allocate"] = time.perf_counter() - t
     # Render-verified choice: the proxy ranks the rungs; the best few (fitting) are encoded at
@@ -528,11 +574,15 @@ def _allocate_and_encode(pyr, meta, target_bytes, preset_pin, seed, prog, timing
         # The proxy under-rates geometry precision on some scenes: besides its best rung, verify
         # finer geometry rungs (+2, +4) with the same appearance rung.
         g0, a0 = ranked[0]
-        for dg in (2, 4):
-            if g0 + dg < len(GEOMETRY_LADDER):
-                evaluate((g0 + dg, a0))
+        cands = [(g0 + dg, a0) for dg in (2, 4) if g0 + dg < len(GEOMETRY_LADDER)]
+        # ... and per-primitive SH (the last appearance rungs) where the proxy prefers a codebook
+        # (finest first: the rate contract prefers the rung that can fill the budget)
+        cands += [(g0, a) for a in range(n_app - 1, n_app - 5, -1) if n_app > 5 and a > a0 and
+                  APPEARANCE_LADDER[a0][2] > 0]
+        for pi in cands:
+            evaluate(pi)
         ranked = sorted(cache, key=lambda pi: cache[pi][0])
-        extra = [(g0 + dg, a0) for dg in (2, 4) if (g0 + dg, a0) in cache and cache[(g0 + dg, a0)][0][0] == 0]
+        extra = [pi for pi in cands if cache[pi][0][0] == 0]
         fitting = [ranked[0]] + extra + [pi for pi in ranked[1:] if cache[pi][0][0] == 0 and pi not in extra]
     else:
         fitting = [pi for pi in ranked if cache[pi][0][0] == 0]
