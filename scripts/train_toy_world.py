@@ -289,6 +289,10 @@ def train_dit(a):
         ci[torch.rand(a.dit_batch, generator=g) < 0.1] = empty
         u = torch.rand(a.dit_batch, generator=g)
         sig = a.shift * u / (1 + (a.shift - 1) * u)
+        if a.high_noise_frac > 0:
+            # the layout (where is the one ball) is decided at the top of the schedule: oversample it
+            hi = torch.rand(a.dit_batch, generator=g) < a.high_noise_frac
+            sig = torch.where(hi, a.high_noise_min + (1 - a.high_noise_min) * torch.rand(a.dit_batch, generator=g), sig)
         noise = torch.randn(x0.shape, generator=g)
         s = sig.view(-1, 1, 1, 1, 1)
         xt = (1 - s) * x0 + s * noise
@@ -374,6 +378,9 @@ def main(argv=None):
     p.add_argument("--dit-lr", type=float, default=5e-4)
     p.add_argument("--shift", type=float, default=3.0)
     p.add_argument("--use-ema", type=int, default=1)
+    p.add_argument("--high-noise-frac", type=float, default=0.0,
+                   help="fraction of each transformer batch whose sigma is drawn uniformly from [--high-noise-min, 1]")
+    p.add_argument("--high-noise-min", type=float, default=0.85)
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
     os.makedirs(a.work, exist_ok=True)
