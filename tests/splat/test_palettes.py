@@ -9,10 +9,12 @@ import torch
 from pgms_helpers import random_scene
 
 from visionmoe.splat import bitstream as bs
+from visionmoe.splat.allocator import GEOMETRY_LADDER
 from visionmoe.splat.codec import compress, decompress
 from visionmoe.splat.io import SceneError
 
 SH_C0 = 0.28209479177387814
+TOP = len(GEOMETRY_LADDER) - 1
 
 
 def grid_scene(n: int = 1200, seed: int = 3):
@@ -31,7 +33,7 @@ def grid_scene(n: int = 1200, seed: int = 3):
 @pytest.fixture(scope="module")
 def grid_pgms():
     s = grid_scene()
-    res = compress(s, ratio=2, contributions=torch.full((s.num_gaussians,), 5.0), preset=(8, 0))
+    res = compress(s, ratio=2, contributions=torch.full((s.num_gaussians,), 5.0), preset=(TOP, 0))
     return s, res
 
 
@@ -48,7 +50,7 @@ def test_palette_channels_are_lossless(grid_pgms):
 
 def test_palette_file_is_deterministic_and_progressive(grid_pgms):
     src, res = grid_pgms
-    again = compress(src, ratio=2, contributions=torch.full((src.num_gaussians,), 5.0), preset=(8, 0))
+    again = compress(src, ratio=2, contributions=torch.full((src.num_gaussians,), 5.0), preset=(TOP, 0))
     assert again.data == res.data
     assert bs.read_preamble(res.data) == bs.VERSION == (2, 0)
     secs = [sec for sec in bs.iter_sections(res.data) if sec.tag == "LEVL"]

@@ -54,6 +54,10 @@ class Preset:
 # Two ladders, coarse to fine; a preset is one rung of each (the allocator picks the pair).
 # Geometry: (pos_rel, dc_step, ls_step, op_bits, rot_bits, shape codebook cap).
 GEOMETRY_LADDER: tuple[tuple, ...] = (
+    (2.00, 1 / 4, 0.8, 2, 3, 256),
+    (1.40, 1 / 6, 0.6, 3, 3, 512),
+    (1.00, 1 / 8, 0.45, 3, 4, 512),
+    (0.80, 1 / 10, 0.38, 4, 4, 1024),
     (0.60, 1 / 12, 0.30, 4, 5, 1024),
     (0.45, 1 / 16, 0.22, 5, 5, 1024),
     (0.35, 1 / 24, 0.16, 5, 6, 1024),

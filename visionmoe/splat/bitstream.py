@@ -603,6 +603,8 @@ def quantize_level(nodes, parent_means, parent_dcq, fine: bool, quant: Quantizer
             dc[:, c] = tab[idx]
             pred = _nearest_index(tab, parent_dcq[:, c] * quant.dc_step) if pal.mode[f"dc{c}"] == PALETTE_PREDICTED else 0
             sym["dc"][:, c] = idx - pred
+    if not (pal is not None and any(f"dc{c}" in pal.values for c in range(3))):
+        sym["dc"] = decorrelate_dc(sym["dc"])
     levels_op = (1 << quant.op_bits) - 1
     logit_in = nodes.opacity_logits.numpy().astype(np.float64)
     opq = np.clip(np.round(_sigmoid(logit_in) * levels_op), 0, levels_op).astype(np.int64)
@@ -637,6 +639,18 @@ def quantize_level(nodes, parent_means, parent_dcq, fine: bool, quant: Quantizer
     if op_logit is not None:
         decoded["op_logit"] = op_logit
     return sym, decoded
+
+
+def decorrelate_dc(r: np.ndarray) -> np.ndarray:
+    """Colour-decorrelate integer DC residuals (format 2): (g, r - g, b - g); exact and invertible."""
+    r = np.asarray(r, np.int64)
+    return np.stack([r[:, 1], r[:, 0] - r[:, 1], r[:, 2] - r[:, 1]], 1)
+
+
+def correlate_dc(d: np.ndarray) -> np.ndarray:
+    """Inverse of :func:`decorrelate_dc`."""
+    d = np.asarray(d, np.int64)
+    return np.stack([d[:, 1] + d[:, 0], d[:, 0], d[:, 2] + d[:, 0]], 1)
 
 
 def _alpha_from_q(opq: np.ndarray, bits: int) -> np.ndarray:
@@ -862,6 +876,7 @@ def decode_tree(data: bytes | memoryview, level: int | None = None):
     from .prototypes import shape_from_features
 
     header, books, payloads = read_container(data, level)
+    major, _minor = read_preamble(data)
     if "CBSR" not in books:
         raise FormatError("corrupt .pgms: missing the scale-rotation codebook section CBSR")
     r = StreamReader(books["CBSR"], "CBSR")
@@ -922,6 +937,8 @@ def decode_tree(data: bytes | memoryview, level: int | None = None):
         off = np.stack([r.ints(f"pos{a}", n, -big_bound, big_bound) for a in range(3)], 1)
         means = parent_means + off * _pos_step(log_scales, q)
         dc_res = np.stack([r.ints(f"dc{a}", n, -big_bound, big_bound) for a in range(3)], 1)
+        if major >= 2 and not any(f"dc{c}" in fpal for c in range(3)):
+            dc_res = correlate_dc(dc_res)
         dcq = parent_dcq + dc_res
         dc = (dcq * q.dc_step).astype(np.float32)
         for c in range(3):

@@ -572,9 +572,10 @@ def _allocate_and_encode(pyr, meta, target_bytes, preset_pin, seed, prog, timing
     ranked = sorted(cache, key=lambda pi: cache[pi][0])
     if verify and preset_pin is None:
         # The proxy under-rates geometry precision on some scenes: besides its best rung, verify
-        # finer geometry rungs (+2, +4) with the same appearance rung.
+        # finer geometry rungs (+2, +4, +6: the ladder is dense at its coarse end) with the same
+        # appearance rung.
         g0, a0 = ranked[0]
-        cands = [(g0 + dg, a0) for dg in (2, 4) if g0 + dg < len(GEOMETRY_LADDER)]
+        cands = [(g0 + dg, a0) for dg in (2, 4, 6) if g0 + dg < len(GEOMETRY_LADDER)]
         # ... and per-primitive SH (the last appearance rungs) where the proxy prefers a codebook
         # (finest first: the rate contract prefers the rung that can fill the budget)
         cands += [(g0, a) for a in range(n_app - 1, n_app - 5, -1) if n_app > 5 and a > a0 and
