@@ -5,9 +5,11 @@ For each scene: PGMS at several target ratios, and the peers written by the npm 
 the same tool. Every variant is rendered by visionmoe's renderer from the same orbit views as
 the original (render vs render): bytes, ratio against the native-degree float32 .ply
 (the named baseline), PSNR, SSIM, encode and decode time. Writes a markdown table, a JSON
-file and a rate-distortion plot (PNG).
+file and a rate-distortion plot (PNG); for PGMS also the rate accuracy (bytes / target) and
+the encode time per stage.
 
-    python scripts/bench_compress.py --scenes-dir ../shared/scenes --out out/bench
+    python scripts/bench_compress.py --scenes-dir ../shared/scenes --out out/bench   # the setting: 16 views, 512 px
+    python scripts/bench_compress.py --views 8 --size 384 --no-peers                  # quicker
     python scripts/bench_compress.py --scenes path/to/a.ply --targets 10,20,50 --no-peers
 
 Peers need Node 22: the script looks for ``splat-transform`` in $SPLAT_TRANSFORM, then in
@@ -120,11 +122,11 @@ def main() -> int:
         ref = render_all(scene, cams)
         print(f"{name}: {scene.num_gaussians} Gaussians, SH{scene.sh_degree}, float32 .ply {ref_bytes} bytes")
 
-        def record(method, nbytes, enc_s, dec_s, decoded, note=""):
+        def record(method, nbytes, enc_s, dec_s, decoded, note="", **extra):
             img = render_all(decoded, cams)
             row = {"scene": name, "method": method, "bytes": nbytes, "ratio": ref_bytes / nbytes,
                    "psnr": float(psnr(img, ref)), "ssim": float(ssim(img, ref)), "encode_s": enc_s,
-                   "decode_s": dec_s, "gaussians": decoded.num_gaussians, "note": note}
+                   "decode_s": dec_s, "gaussians": decoded.num_gaussians, "note": note, **extra}
             rows.append(row)
             print(f"  {method:>18}: {nbytes:>10} B {row['ratio']:7.2f}x  PSNR {row['psnr']:6.2f}  "
                   f"SSIM {row['ssim']:.4f}  enc {enc_s:6.1f}s  dec {dec_s:5.2f}s  {note}")
@@ -139,7 +141,8 @@ def main() -> int:
             g, a = res.preset_index
             note = (f"preset {g},{a}; {res.primitives} primitives, terminal per level {res.primitives_per_level}; "
                     f"SH kept on {res.preset.sh_fraction:.0%} (degree {min(res.preset.sh_degree, scene.sh_degree)})")
-            record(f"PGMS {r:g}x", res.nbytes, enc, dec_s, dec, note)
+            record(f"PGMS {r:g}x", res.nbytes, enc, dec_s, dec, note, target_bytes=res.target_bytes,
+                   target_met=res.target_met, stage_s={k: round(v, 2) for k, v in res.timings.items()})
         if tool:
             with tempfile.TemporaryDirectory(dir=out) as tmp:
                 tmp = Path(tmp)
@@ -168,6 +171,15 @@ def main() -> int:
     for r in rows:
         table.append(f"| {r['scene']} | {r['method']} | {r['bytes']:,} | {r['ratio']:.1f}x | {r['psnr']:.2f} | "
                      f"{r['ssim']:.4f} | {r['encode_s']:.1f} | {r['decode_s']:.2f} |")
+    pg = [r for r in rows if "target_bytes" in r]
+    if pg:  # rate accuracy and where the encode time goes
+        stages = ["contributions", "pyramid", "allocate", "quantize", "encode", "verify"]
+        table += ["", "| scene | target | bytes / target | within 5% | " + " | ".join(f"{s} (s)" for s in stages) + " |",
+                  "|---|---|---:|---|" + "---:|" * len(stages)]
+        for r in pg:
+            st = r["stage_s"]
+            table.append(f"| {r['scene']} | {r['method']} | {r['bytes'] / r['target_bytes']:.3f} | "
+                         f"{'yes' if r['target_met'] else 'no'} | " + " | ".join(f"{st.get(s, 0):.1f}" for s in stages) + " |")
     md = "\n".join(table) + "\n"
     (out / "results.md").write_text(md)
     print()

@@ -9,6 +9,8 @@ Gaussian below 1/255 can change no 8-bit pixel of any view: those are pruned.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from .io import GaussianScene
@@ -30,7 +32,9 @@ def image_contributions(scene: GaussianScene, cameras, *, device=None, views_per
     dev = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise RuntimeError(f"device={device!r} requested but CUDA is not available; use device='cpu'")
-    s = scene.to(dev)
+    # Contributions (alpha x transmittance) do not depend on colour: render at SH degree 0, which
+    # skips the view-dependent SH evaluation and the [N, K, 3] SH copy of every render call.
+    s = replace(scene, sh_rest=scene.sh_rest[:, :0]).to(dev)
     total = torch.zeros(scene.num_gaussians, dtype=torch.float64, device=dev)
     C = len(cameras)
     with torch.no_grad():

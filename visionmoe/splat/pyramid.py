@@ -61,18 +61,28 @@ def pair_error(a: GaussianScene, b: GaussianScene, *, sh_b_degree: int | None = 
     (1 - Bhattacharyya coefficient) of isotropic approximations, plus the opacity change.
     ``sh_b_degree`` truncates b's view-dependent bands (a lower-degree tier).
     """
-    sa, sb = a.sh.float(), b.sh.float()
-    if sh_b_degree is not None:
-        sb = sb.clone()
-        sb[:, (sh_b_degree + 1) ** 2:] = 0
-    colour = (sa - sb).pow(2).sum((1, 2)) * SH_C0**2
-    va = torch.exp(2 * a.log_scales.float()).mean(1)
-    vb = torch.exp(2 * b.log_scales.float()).mean(1)
-    d2 = (a.means.float() - b.means.float()).pow(2).sum(1)
+    return _pair_error_terms(_terms(a), _terms(b, sh_b_degree))
+
+
+def _terms(s: GaussianScene, sh_degree: int | None = None) -> dict:
+    """The per-Gaussian quantities :func:`pair_error` compares (computed once per side)."""
+    sh = s.sh.float()
+    if sh_degree is not None:
+        sh = sh.clone()
+        sh[:, (sh_degree + 1) ** 2:] = 0
+    ls = s.log_scales.float()
+    return {"sh": sh, "var": torch.exp(2 * ls).mean(1), "means": s.means.float(),
+            "ls_sorted": torch.sort(ls, 1).values, "alpha": torch.sigmoid(s.opacity_logits.float())}
+
+
+def _pair_error_terms(ta: dict, tb: dict) -> torch.Tensor:
+    colour = (ta["sh"] - tb["sh"]).pow(2).sum((1, 2)) * SH_C0**2
+    va, vb = ta["var"], tb["var"]
+    d2 = (ta["means"] - tb["means"]).pow(2).sum(1)
     bc = (2 * torch.sqrt(va * vb) / (va + vb)).pow(1.5) * torch.exp(-d2 / (4 * (va + vb)))
     # anisotropic shape change: relative log-scale change on each (sorted) axis
-    shape = (torch.sort(a.log_scales.float(), 1).values - torch.sort(b.log_scales.float(), 1).values).pow(2).mean(1)
-    dalpha = torch.sigmoid(a.opacity_logits.float()) - torch.sigmoid(b.opacity_logits.float())
+    shape = (ta["ls_sorted"] - tb["ls_sorted"]).pow(2).mean(1)
+    dalpha = ta["alpha"] - tb["alpha"]
     geom = (1 - bc).clamp(0, 1) + shape.clamp(max=1) * 0.25 + dalpha.pow(2)
     return colour + GEOMETRY_CONTRAST * geom
 
@@ -156,16 +166,19 @@ def build_pyramid(scene: GaussianScene, weights: torch.Tensor, *, branching: int
     child_count = [torch.bincount(parents[lv + 1], minlength=levels[lv].num_gaussians) for lv in range(len(levels) - 1)]
     child_count.append(torch.zeros(levels[-1].num_gaussians, dtype=torch.int64))
     pyr = Pyramid(levels, wts, parents, child_count, [], order, w_leaf)
-    for lv in range(len(levels)):
-        if lv == len(levels) - 1:
-            pyr.distortion.append(torch.zeros(levels[lv].num_gaussians))
-            continue
-        anc = pyr.ancestors(lv)
-        dist = torch.zeros(levels[lv].num_gaussians, dtype=torch.float64)
-        # chunked: pair_error's temporaries on all leaves at once cost GBs on multi-million scenes
-        for s in range(0, anc.shape[0], _CHUNK):
-            a = anc[s: s + _CHUNK]
-            err = pair_error(leaves.subset(slice(s, s + _CHUNK)), levels[lv].subset(a)) * w_leaf[s: s + _CHUNK]
-            dist.index_add_(0, a, err.double())
-        pyr.distortion.append(dist.float())
+    # distortion of each internal node vs the leaves below it: chunks of leaves (bounded
+    # temporaries on multi-million scenes), the leaf-side terms computed once for all levels
+    L = len(levels)
+    anc = [torch.arange(leaves.num_gaussians)]  # each leaf's ancestor per level, finest first
+    for lv in range(L - 1, 0, -1):
+        anc.insert(0, parents[lv][anc[0]])
+    dist = [torch.zeros(levels[lv].num_gaussians, dtype=torch.float64) for lv in range(L - 1)]
+    for s in range(0, leaves.num_gaussians, _CHUNK):
+        ta = _terms(leaves.subset(slice(s, s + _CHUNK)))
+        wl = w_leaf[s: s + _CHUNK]
+        for lv in range(L - 1):
+            a = anc[lv][s: s + _CHUNK]
+            err = _pair_error_terms(ta, _terms(levels[lv].subset(a))) * wl
+            dist[lv].index_add_(0, a, err.double())
+    pyr.distortion = [d.float() for d in dist] + [torch.zeros(levels[-1].num_gaussians)]
     return pyr
