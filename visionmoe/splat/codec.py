@@ -576,15 +576,33 @@ def _allocate_and_encode(pyr, meta, target_bytes, preset_pin, seed, prog, timing
         # appearance rung.
         g0, a0 = ranked[0]
         cands = [(g0 + dg, a0) for dg in (2, 4, 6) if g0 + dg < len(GEOMETRY_LADDER)]
-        # ... and per-primitive SH (the last appearance rungs) where the proxy prefers a codebook
-        # (finest first: the rate contract prefers the rung that can fill the budget)
-        cands += [(g0, a) for a in range(n_app - 1, n_app - 5, -1) if n_app > 5 and a > a0 and
-                  APPEARANCE_LADDER[a0][2] > 0]
         for pi in cands:
             evaluate(pi)
+        # Merged primitives cost far more render error than the proxy charges (and carry no
+        # view-dependent SH), while coarser quantisation degrades gracefully: also verify, per
+        # appearance rung (the proxy's and the per-primitive SH ones), the finest geometry rung
+        # whose every leaf fits the budget, the best two by the proxy.
+        def all_leaves(pi):
+            evaluate(pi)
+            _, k, qz = cache[pi]
+            return cache[pi][0][0] == 0 and k >= len(qz.plan.order_level)
+
+        full = []
+        apps = [a0] + [a for a in range(n_app - 4, n_app) if n_app > 5 and a != a0 and APPEARANCE_LADDER[a][2] == 0]
+        for a in apps:
+            lo, hi = -1, len(GEOMETRY_LADDER)  # all_leaves holds at lo (or nowhere), fails at hi
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                lo, hi = (mid, hi) if all_leaves((mid, a)) else (lo, mid)
+            if lo >= 0:
+                full.append((lo, a))
+        full = sorted(full, key=lambda pi: cache[pi][0])[:2]
         ranked = sorted(cache, key=lambda pi: cache[pi][0])
-        extra = [pi for pi in cands if cache[pi][0][0] == 0]
-        fitting = [ranked[0]] + extra + [pi for pi in ranked[1:] if cache[pi][0][0] == 0 and pi not in extra]
+        extra = [pi for pi in full + cands if cache[pi][0][0] == 0]
+        extra = list(dict.fromkeys(extra))
+        fitting = [ranked[0]] + [pi for pi in extra if pi != ranked[0]]
+        fitting += [pi for pi in ranked[1:] if cache[pi][0][0] == 0 and pi not in fitting]
+        verify = dict(verify, count=max(verify["count"], 1 + len(full) + min(len(cands), 2)))
     else:
         fitting = [pi for pi in ranked if cache[pi][0][0] == 0]
     shortlist = (fitting or ranked)[: max(1, verify["count"] if verify else 1)]
@@ -593,10 +611,11 @@ def _allocate_and_encode(pyr, meta, target_bytes, preset_pin, seed, prog, timing
         # add the best rung that can, so the contract can be kept
         fill = [pi for pi in fitting[len(shortlist):] if cache[pi][1] < len(cache[pi][2].plan.order_level)]
         shortlist += fill[:1]
-    # Each shortlisted rung is quantised and its cut tuned on fast probe encodes (raw/rANS only,
-    # scaled by one full encode); the probe file decodes like any other, so the render check
-    # runs on it. Only the winner gets the full (every coder) encode and final rate tuning.
+    # Each shortlisted rung is quantised and its cut tuned on fast probe encodes (raw/rANS only);
+    # the probe file decodes like any other, so the render check runs on it. Only the winner
+    # gets the full (every coder) encode and the final rate tuning.
     best = None  # ((miss, err), pi, tuner, k)
+    scale = None  # full / probe size, measured once on the first (proxy-best) rung
     for pi in shortlist:
         _, k, qz = cache[pi]
         t = time.perf_counter()
@@ -608,6 +627,9 @@ def _allocate_and_encode(pyr, meta, target_bytes, preset_pin, seed, prog, timing
         err = 0.0
         if verify and len(shortlist) > 1:
             k, size, probe_data = tuner.probe(k)
+            if scale is None:  # one full encode calibrates the probe sizes for the rate check
+                scale = tuner.full_size(k) / max(size, 1)
+            size = tuner.full_size(k) if k in tuner.full else scale * size
             timings["encode"] = timings.get("encode", 0) + time.perf_counter() - t
             t = time.perf_counter()
             err = verify["error"](decompress(probe_data))
@@ -636,8 +658,8 @@ def _allocate_and_encode(pyr, meta, target_bytes, preset_pin, seed, prog, timing
 class _CutTuner:
     """Finds the number of splits k whose real file lands in [0.97, 1.0] x target when possible
     (secant steps on the estimated rate curve, bisection as the fallback). Full encodes try every
-    coder; probe encodes (raw/rANS only, about 4x cheaper) are scaled by the full/probe size ratio
-    measured at the start point and steer the search, so most tunings need 1-2 full encodes."""
+    coder; probe encodes (raw/rANS only, 4-20x cheaper) steer the search (scaled by the full/probe
+    size ratio once one full encode is known), so most tunings need 1-2 full encodes."""
 
     def __init__(self, pyr, qz, meta, target):
         self.pyr, self.qz, self.meta, self.target = pyr, qz, meta, target
@@ -680,15 +702,13 @@ class _CutTuner:
         return k
 
     def probe(self, k: int) -> tuple[int, float, bytes]:
-        """Tune on probe encodes: -> (k, estimated full size, a decodable probe file at k)."""
-        s = self.full_size(k)
-        if 0.97 * self.target <= s <= self.target:
-            return k, s, self.full[k][0]
-        scale = s / max(self.fast_size(k), 1)
-        k = self._search(k, lambda kk: scale * self.fast_size(kk), 0.975, 0.995)
-        if k in self.full:
-            return k, self.full_size(k), self.full[k][0]
-        return k, scale * self.fast_size(k), self.fast[k]
+        """Tune on probe encodes only: -> (k, probe size, the decodable probe file at k).
+
+        A full encode picks the smallest of a superset of the probe's coders, so the probe size
+        is an upper bound of the real one: a probe under the target is a file under it. (Full
+        encodes of multi-MB levels cost 10-20x a probe: they run once, for the winner.)"""
+        k = self._search(k, self.fast_size, 0.98, 1.0)
+        return k, self.fast_size(k), self.fast[k]
 
     def finish(self, k: int) -> tuple[int, int]:
         """Tune on full encodes from ``k``: -> (k, real size); ``self.full[k]`` holds the file."""
