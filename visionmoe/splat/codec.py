@@ -570,6 +570,7 @@ def _allocate_and_encode(pyr, meta, target_bytes, preset_pin, seed, prog, timing
     # Render-verified choice: the proxy ranks the rungs; the best few (fitting) are encoded at
     # the budget, decoded and rendered on ``verify`` views, and the lowest real error wins.
     ranked = sorted(cache, key=lambda pi: cache[pi][0])
+    every_leaf = set()  # rungs verified with every leaf: they cannot spend more bytes without merging
     if verify and preset_pin is None:
         # The proxy under-rates geometry precision on some scenes: besides its best rung, verify
         # finer geometry rungs (+2, +4, +6: the ladder is dense at its coarse end) with the same
@@ -597,6 +598,7 @@ def _allocate_and_encode(pyr, meta, target_bytes, preset_pin, seed, prog, timing
             if lo >= 0:
                 full.append((lo, a))
         full = sorted(full, key=lambda pi: cache[pi][0])[:2]
+        every_leaf = set(full)
         ranked = sorted(cache, key=lambda pi: cache[pi][0])
         extra = [pi for pi in full + cands if cache[pi][0][0] == 0]
         extra = list(dict.fromkeys(extra))
@@ -638,8 +640,9 @@ def _allocate_and_encode(pyr, meta, target_bytes, preset_pin, seed, prog, timing
         else:
             k, size = tuner.finish(k)
             timings["encode"] = timings.get("encode", 0) + time.perf_counter() - t
-        # rate contract first (never over the target, at most 5% under), then the real error
-        miss = size > target_bytes or size < 0.95 * target_bytes
+        # rate contract first (never over the target, at most 5% under), then the real error; a
+        # rung holding every leaf may land further under (the finer rung would have to merge)
+        miss = size > target_bytes or (size < 0.95 * target_bytes and pi not in every_leaf)
         if best is None or (miss, err) < best[0]:
             if best is not None:
                 best[2].release()
