@@ -628,9 +628,11 @@ def _allocate_and_encode(pyr, meta, target_bytes, preset_pin, seed, prog, timing
         tuner = _CutTuner(pyr, qz, meta, target_bytes)
         err = 0.0
         if verify and len(shortlist) > 1:
-            k, size, probe_data = tuner.probe(k)
-            if scale is None:  # one full encode calibrates the probe sizes for the rate check
+            k, size, probe_data = tuner.probe(k, scale)
+            if scale is None:  # one full encode calibrates the probe sizes for every rung
                 scale = tuner.full_size(k) / max(size, 1)
+                if not 0.97 * target_bytes <= tuner.full_size(k) <= target_bytes:
+                    k, size, probe_data = tuner.probe(k, scale)
             size = tuner.full_size(k) if k in tuner.full else scale * size
             timings["encode"] = timings.get("encode", 0) + time.perf_counter() - t
             t = time.perf_counter()
@@ -704,13 +706,17 @@ class _CutTuner:
             k = k_new
         return k
 
-    def probe(self, k: int) -> tuple[int, float, bytes]:
+    def probe(self, k: int, scale: float | None = None) -> tuple[int, float, bytes]:
         """Tune on probe encodes only: -> (k, probe size, the decodable probe file at k).
 
         A full encode picks the smallest of a superset of the probe's coders, so the probe size
-        is an upper bound of the real one: a probe under the target is a file under it. (Full
-        encodes of multi-MB levels cost 10-20x a probe: they run once, for the winner.)"""
-        k = self._search(k, self.fast_size, 0.98, 1.0)
+        is an upper bound of the real one: a probe under the target is a file under it. With
+        ``scale`` (full / probe size measured on another encode) the search aims the scaled
+        size at the target instead. (Full encodes of multi-MB levels cost 10-20x a probe.)"""
+        if scale is None:
+            k = self._search(k, self.fast_size, 0.98, 1.0)
+        else:
+            k = self._search(k, lambda kk: scale * self.fast_size(kk), 0.975, 0.995)
         return k, self.fast_size(k), self.fast[k]
 
     def finish(self, k: int) -> tuple[int, int]:
