@@ -476,8 +476,14 @@ def _compress(scene, ratio, size, psnr, cameras, device, contributions, num_view
     timings["total"] = time.perf_counter() - t0
     qz, k, terminal, coded, stats = info
     if psnr is None and not 0.95 * target <= len(data) <= target:
-        logger.warning("target %d bytes not reachable within 5%%: wrote %d bytes (the finest rungs fit %s)",
-                       target, len(data), "under it" if len(data) < target else "only above it")
+        if len(data) > target:
+            why = "even the coarsest rungs exceed it"
+        elif k >= len(qz.plan.order_level):  # every primitive of the chosen rung is stored
+            why = ("the chosen rung stores every primitive; a rung that fills the budget is either not "
+                   "available or renders worse")
+        else:
+            why = "the finest rungs fit under it"
+        logger.warning("target %d bytes not met within 5%%: wrote %d bytes (%s)", target, len(data), why)
     dist = float(qz.plan.distortion[k])
     proxy = 10 * math.log10(pixels / max(dist, 1e-12)) if pixels else float("nan")
     return CompressResult(
