@@ -131,6 +131,12 @@ def test_cache_skips_corrupt_and_resumes(tmp_path, dataset, pipe):
     assert item["labels"].tolist() == [0, 0, 1, 0, 1, 0]  # melting: liquid + thermal
     batch = D.collate([ds[0], ds[1]])
     assert batch["latents"].shape == (2, 16, 3, 6, 6) and batch["text"].shape[0] == 2
+    # padded to the pipeline's prompt length, the batch's text is exactly what WanPipeline feeds
+    # the transformer at inference (zero rows included: they take part in cross-attention)
+    padded = D.collate([ds[0], ds[1]], text_length=40)
+    assert padded["text"].shape[:2] == (2, 40)
+    emb = pipe._get_t5_prompt_embeds([ds[0]["caption"]], max_sequence_length=40, device="cpu")
+    torch.testing.assert_close(padded["text"][0], emb[0].float())
     # the cached latents are the VAE encoding of the decoded clip
     fr = D.decode_video(recs[0].video, 9, 48, 48)
     z = D.encode_videos(pipe.vae, D.frames_to_tensor(fr)[None])[0]

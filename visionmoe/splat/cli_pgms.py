@@ -71,7 +71,19 @@ def _add_target(p) -> None:
     p.add_argument("--preset", type=_preset, default=None, help="pin the allocator's rungs geometry,appearance (e.g. 4,4)")
     p.add_argument("--refine-steps", type=int, default=0,
                    help="render-vs-dense refinement steps on the chosen primitives (default 0; slow on CPU)")
+    p.add_argument("--prune-search", type=_count, default=3,
+                   help="pruned variants render-checked against a merged cut (default 3; 0: off, faster)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
 
 
 def _compress(args, scene):
@@ -84,7 +96,7 @@ def _compress(args, scene):
     return compress(
         scene, ratio=args.ratio, size=args.size, psnr=args.psnr, cameras=cameras, device=args.device,
         num_views=args.views, view_size=args.view_size, preset=args.preset, progress=not args.quiet,
-        refine_steps=args.refine_steps,
+        refine_steps=args.refine_steps, prune_search=args.prune_search,
     )
 
 

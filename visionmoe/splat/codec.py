@@ -365,6 +365,7 @@ def compress(
     prune_threshold: float = 1 / 255,
     verify_views: int = 4,
     verify_candidates: int = 3,
+    prune_search: int = 3,
     progress: bool | ProgressFn = False,
     seed: int = 0,
 ) -> CompressResult:
@@ -379,7 +380,10 @@ def compress(
     the optional render-vs-dense refinement on the decoded primitives. The allocator's best
     ``verify_candidates`` presets (by its contribution-weighted proxy) are encoded at the target
     and the one with the lowest render error on ``verify_views`` of the views is kept (0: trust
-    the proxy).
+    the proxy). ``prune_search`` > 0: when the chosen cut merges more than a tenth of the leaves,
+    up to that many variants that instead drop the lowest-contribution Gaussians (so fewer,
+    unmerged primitives fill the budget) are encoded and render-checked the same way, and the
+    lowest error wins (needs ``verify_views`` > 0; not used with ``psnr=`` or ``preset=``).
     """
     targets = [t for t in (ratio, size, psnr) if t is not None]
     if len(targets) > 1:
@@ -394,18 +398,21 @@ def compress(
         raise ValueError(f"psnr must be in (0, 150) dB, got {psnr!r}")
     if preset is not None:
         make_preset(*preset)  # validates the rungs
+    if not (isinstance(prune_search, int) and prune_search >= 0):
+        raise ValueError(f"prune_search must be an int >= 0, got {prune_search!r}")
     if not (isinstance(refine_steps, int) and refine_steps >= 0):
         raise ValueError(f"refine_steps must be an int >= 0, got {refine_steps!r}")
     prog = _Progress(progress)
     try:
         return _compress(_load(scene_or_path), ratio, size, psnr, cameras, device, contributions, num_views,
-                         view_size, preset, refine_steps, prune_threshold, prog, seed, verify_views, verify_candidates)
+                         view_size, preset, refine_steps, prune_threshold, prog, seed, verify_views, verify_candidates,
+                         prune_search)
     finally:
         prog.close()
 
 
 def _compress(scene, ratio, size, psnr, cameras, device, contributions, num_views, view_size, preset,
-              refine_steps, prune_threshold, prog, seed, verify_views, verify_candidates) -> CompressResult:
+              refine_steps, prune_threshold, prog, seed, verify_views, verify_candidates, prune_search) -> CompressResult:
     timings = {}
     t0 = time.perf_counter()
     n_in = scene.num_gaussians
@@ -432,18 +439,9 @@ def _compress(scene, ratio, size, psnr, cameras, device, contributions, num_view
     t1 = time.perf_counter()
     kept, w = prune(scene, contributions, prune_threshold)
     prog("pyramid", 0, 1)
-    pyr = build_pyramid(kept, w)
+    pyr, meta = _prepare(kept, w, scene.sh_degree, n_in, ref_bytes)
     prog("pyramid", 1, 1)
     timings["pyramid"] = time.perf_counter() - t1
-    lo, hi = kept.means.min(0).values, kept.means.max(0).values
-    extent = float((hi - lo).max().clamp_min(1e-6))
-    meta = {
-        "origin": ((lo + hi) / 2).double().numpy(), "min_step": extent * 2.0**-20, "sh_degree": scene.sh_degree,
-        "source_gaussians": n_in, "reference_bytes": ref_bytes,
-    }
-    leaves = pyr.levels[-1]
-    parent_dc = pyr.levels[-2].sh_dc[pyr.parent[-1]].numpy() if pyr.num_levels > 1 else None
-    meta["palettes"] = bs.detect_palettes(leaves, parent_dc)
     pixels = float(_num_pixels(cameras)) if cameras is not None else None
 
     verify_spec = None
@@ -461,12 +459,18 @@ def _compress(scene, ratio, size, psnr, cameras, device, contributions, num_view
 
         verify_spec = {"count": verify_candidates, "error": verify_error}
 
-    def run(target_bytes):
+    def run(target_bytes, pyr=pyr, meta=meta):
         return _allocate_and_encode(pyr, meta, target_bytes, preset, seed, prog, timings, verify_spec)
 
     if psnr is None:
         target = int(size if size is not None else ref_bytes / ratio)
         data, info = run(target)
+        if prune_search > 0 and verify_spec is not None:
+            t2 = time.perf_counter()
+            data, info, kept, pyr, meta = _search_pruning(
+                kept, w, (data, info, pyr, meta), target, scene.sh_degree, n_in, ref_bytes, run,
+                verify_spec["error"], prune_search, prog)
+            timings["prune search"] = time.perf_counter() - t2
     else:
         data, info, target = _search_psnr(scene, pyr, meta, psnr, cameras, device, ref_bytes, run, prog, timings)
     if refine_steps:
@@ -492,6 +496,76 @@ def _compress(scene, ratio, size, psnr, cameras, device, contributions, num_view
         input_gaussians=n_in, pruned=n_in - kept.num_gaussians, proxy_psnr=proxy, timings=timings,
         stream_stats=stats,
     )
+
+
+def _prepare(kept: GaussianScene, w: torch.Tensor, sh_degree: int, n_in: int, ref_bytes: int):
+    """The pyramid over the kept Gaussians and the encoder's scene-level metadata."""
+    pyr = build_pyramid(kept, w)
+    lo, hi = kept.means.min(0).values, kept.means.max(0).values
+    extent = float((hi - lo).max().clamp_min(1e-6))
+    meta = {
+        "origin": ((lo + hi) / 2).double().numpy(), "min_step": extent * 2.0**-20, "sh_degree": sh_degree,
+        "source_gaussians": n_in, "reference_bytes": ref_bytes,
+    }
+    leaves = pyr.levels[-1]
+    parent_dc = pyr.levels[-2].sh_dc[pyr.parent[-1]].numpy() if pyr.num_levels > 1 else None
+    meta["palettes"] = bs.detect_palettes(leaves, parent_dc)
+    return pyr, meta
+
+
+# Keep counts tried by the pruning search, as multiples of the merged cut's primitive count:
+# measured on the shared scenes at 20x and 50x, the best pruned variant kept 1.0-1.6x as many
+# Gaussians as the merged cut had primitives (still coded with merges where they pay).
+_PRUNE_KEEP = (1.25, 1.6, 1.0)
+
+
+def _search_pruning(kept, w, base, target, sh_degree, n_in, ref_bytes, run, error, tries, prog):
+    """Pruning instead of merging, render-checked: -> (data, info, kept, pyr, meta) of the best.
+
+    A merged primitive covers pixels its members never did (a visible blob), while dropping a
+    low-contribution Gaussian only loses its own small share: when the allocator's cut merges
+    many leaves, variants that keep only the top Gaussians by contribution (and merge less) are
+    encoded at the same target and the lowest render error wins. A variant that keeps every
+    leaf and lands under the target is refilled once (keep count scaled by target / size).
+    """
+    data, info, pyr, meta = base
+    terminal = sum(info[2])
+    n = kept.num_gaussians
+    if terminal >= 0.9 * n:
+        return data, info, kept, pyr, meta
+    order = torch.argsort(w, descending=True, stable=True)
+
+    def attempt(m):
+        idx = torch.sort(order[:m]).values
+        sub, ws = kept.subset(idx), w[idx]
+        p, mt = _prepare(sub, ws, sh_degree, n_in, ref_bytes)
+        d, inf = run(target, p, mt)
+        return [error(decompress(d)), d, inf, sub, p, mt]
+
+    best = [error(decompress(data)), data, info, kept, pyr, meta]
+    logger.debug("prune search: merged cut %d of %d leaves, %d bytes, verify MSE %.3g", terminal, n, len(data), best[0])
+    tried = set()
+    for i, f in enumerate(_PRUNE_KEEP[:tries]):
+        m = int(min(f * terminal, 0.9 * n))
+        if m < 16 or m in tried:
+            continue
+        tried.add(m)
+        prog("prune search", i, tries)
+        cand = attempt(m)
+        logger.debug("prune search: keep %d -> %d bytes, verify MSE %.3g", m, len(cand[1]), cand[0])
+        if cand[0] < best[0]:
+            best = cand
+    prog("prune search", tries, tries)
+    err, data, info, sub, p, mt = best
+    m = sub.num_gaussians
+    if sub is not kept and len(data) < 0.95 * target and m < n:
+        m2 = int(min(n, m * 0.985 * target / max(len(data), 1)))
+        if m2 > m and m2 not in tried:
+            cand = attempt(m2)
+            logger.debug("prune search: refill keep %d -> %d bytes, verify MSE %.3g", m2, len(cand[1]), cand[0])
+            if cand[0] <= err or 0.95 * target <= len(cand[1]) and cand[0] <= 1.05 * err:
+                best = cand
+    return tuple(best[1:])
 
 
 def _refine_and_encode(pyr, dense, meta, info, cameras, steps, target, prog):

@@ -455,9 +455,13 @@ class LatentCache(torch.utils.data.Dataset):
         return d
 
 
-def collate(items: List[Dict]) -> Dict:
-    """Stack latents/labels; zero-pad text embeddings to the longest in the batch (as Wan pads)."""
+def collate(items: List[Dict], text_length: Optional[int] = None) -> Dict:
+    """Stack latents/labels; zero-pad text embeddings to ``text_length`` tokens (WanPipeline pads
+    every prompt to ``max_sequence_length``, and the padded positions take part in the
+    transformer's cross-attention, so training must see the same length as inference), or to
+    the longest in the batch when None."""
     n = max(it["text"].shape[0] for it in items)
+    n = max(n, text_length or 0)
     text = torch.stack([torch.cat([it["text"], it["text"].new_zeros(n - it["text"].shape[0], it["text"].shape[1])])
                         for it in items])
     return {"latents": torch.stack([it["latents"] for it in items]), "text": text,

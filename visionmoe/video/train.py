@@ -512,7 +512,7 @@ def train(cfg: TrainConfig, *, progress: bool = False, log_callback: Optional[Ca
         for a in range(cfg.gradient_accumulation_steps):
             micro = step * cfg.gradient_accumulation_steps + a
             items = [dataset[i] for i in batch_indices(micro, cfg.batch_size, n, cfg.seed, rank, world)]
-            batch = collate(items)
+            batch = collate(items, cfg.max_sequence_length)
             gen = torch.Generator().manual_seed(_mix(cfg.seed, 7, micro, rank))
             with accelerator.accumulate(model):
                 L = stage_losses(model, raw, pipe, batch, cfg, gen, device)
