@@ -459,8 +459,8 @@ def _compress(scene, ratio, size, psnr, cameras, device, contributions, num_view
 
         verify_spec = {"count": verify_candidates, "error": verify_error}
 
-    def run(target_bytes, pyr=pyr, meta=meta):
-        return _allocate_and_encode(pyr, meta, target_bytes, preset, seed, prog, timings, verify_spec)
+    def run(target_bytes, pyr=pyr, meta=meta, start=None):
+        return _allocate_and_encode(pyr, meta, target_bytes, preset, seed, prog, timings, verify_spec, start)
 
     if psnr is None:
         target = int(size if size is not None else ref_bytes / ratio)
@@ -513,49 +513,58 @@ def _prepare(kept: GaussianScene, w: torch.Tensor, sh_degree: int, n_in: int, re
     return pyr, meta
 
 
-# Keep counts tried by the pruning search, as multiples of the merged cut's primitive count:
-# measured on the shared scenes at 20x and 50x, the best pruned variant kept 1.0-1.6x as many
-# Gaussians as the merged cut had primitives (still coded with merges where they pay).
-_PRUNE_KEEP = (1.25, 1.6, 1.0)
+# Keep counts tried by the pruning search. When the cut merges, as multiples of its primitive
+# count: measured on the shared scenes at 20x and 50x, the best pruned variant kept 1.0-1.6x as
+# many Gaussians as the merged cut had primitives (still merging where it pays). When the cut
+# keeps (nearly) every leaf, as fractions of the leaves: dropping the faintest 5% lets a finer
+# rung fit (playbot at 20x: 39.8 -> 40.5 dB).
+_PRUNE_KEEP_MERGED = (1.25, 1.6, 1.0)
+_PRUNE_KEEP_ALL = (0.95, 0.88)
 
 
 def _search_pruning(kept, w, base, target, sh_degree, n_in, ref_bytes, run, error, tries, prog):
     """Pruning instead of merging, render-checked: -> (data, info, kept, pyr, meta) of the best.
 
     A merged primitive covers pixels its members never did (a visible blob), while dropping a
-    low-contribution Gaussian only loses its own small share: when the allocator's cut merges
-    many leaves, variants that keep only the top Gaussians by contribution (and merge less) are
-    encoded at the same target and the lowest render error wins. A variant that keeps every
-    leaf and lands under the target is refilled once (keep count scaled by target / size).
+    low-contribution Gaussian only loses its own small share. So variants that keep only the
+    top Gaussians by contribution (merging less, or affording a finer rung) are encoded at the
+    same target, starting the allocator from the base's rungs, and the lowest render error on
+    the verification views wins. A pruned winner that keeps every leaf and lands under the target
+    is refilled once (keep count scaled by target / size).
     """
     data, info, pyr, meta = base
     terminal = sum(info[2])
     n = kept.num_gaussians
+    qz = info[0]
+    start = (qz.preset.geometry, qz.preset.appearance)
     if terminal >= 0.9 * n:
-        return data, info, kept, pyr, meta
+        counts = [int(f * n) for f in _PRUNE_KEEP_ALL]
+    else:
+        counts = [int(min(f * terminal, 0.9 * n)) for f in _PRUNE_KEEP_MERGED]
     order = torch.argsort(w, descending=True, stable=True)
 
     def attempt(m):
         idx = torch.sort(order[:m]).values
         sub, ws = kept.subset(idx), w[idx]
         p, mt = _prepare(sub, ws, sh_degree, n_in, ref_bytes)
-        d, inf = run(target, p, mt)
+        d, inf = run(target, p, mt, start)
         return [error(decompress(d)), d, inf, sub, p, mt]
 
     best = [error(decompress(data)), data, info, kept, pyr, meta]
-    logger.debug("prune search: merged cut %d of %d leaves, %d bytes, verify MSE %.3g", terminal, n, len(data), best[0])
+    logger.debug("prune search: cut of %d primitives over %d leaves, %d bytes, verify MSE %.3g", terminal, n,
+                 len(data), best[0])
     tried = set()
-    for i, f in enumerate(_PRUNE_KEEP[:tries]):
-        m = int(min(f * terminal, 0.9 * n))
-        if m < 16 or m in tried:
+    counts = [m for m in counts if m >= 16][:tries]
+    for i, m in enumerate(counts):
+        if m in tried:
             continue
         tried.add(m)
-        prog("prune search", i, tries)
+        prog("prune search", i, len(counts))
         cand = attempt(m)
         logger.debug("prune search: keep %d -> %d bytes, verify MSE %.3g", m, len(cand[1]), cand[0])
         if cand[0] < best[0]:
             best = cand
-    prog("prune search", tries, tries)
+    prog("prune search", len(counts), len(counts))
     err, data, info, sub, p, mt = best
     m = sub.num_gaussians
     if sub is not kept and len(data) < 0.95 * target and m < n:
@@ -598,7 +607,7 @@ def _num_pixels(cameras) -> int:
     return int(c * cameras.width * cameras.height)
 
 
-def _allocate_and_encode(pyr, meta, target_bytes, preset_pin, seed, prog, timings, verify=None):
+def _allocate_and_encode(pyr, meta, target_bytes, preset_pin, seed, prog, timings, verify=None, start=None):
     t = time.perf_counter()
     cache, books = {}, {}
     samples = _samples(pyr, 16384, seed)
@@ -624,7 +633,8 @@ def _allocate_and_encode(pyr, meta, target_bytes, preset_pin, seed, prog, timing
         evaluate(best)
     else:
         # coordinate-wise hill climbing from the middle of both ladders (RD is unimodal in practice)
-        best = (len(GEOMETRY_LADDER) // 2, n_app // 2)
+        # or from a known good pair (a pruned variant of an allocated scene)
+        best = tuple(start) if start is not None else (len(GEOMETRY_LADDER) // 2, n_app // 2)
         improved = True
         tried_jumps = False
         while improved:
