@@ -173,7 +173,7 @@ def main() -> int:
                      f"{r['ssim']:.4f} | {r['encode_s']:.1f} | {r['decode_s']:.2f} |")
     pg = [r for r in rows if "target_bytes" in r]
     if pg:  # rate accuracy and where the encode time goes
-        stages = ["contributions", "pyramid", "allocate", "quantize", "encode", "verify"]
+        stages = ["contributions", "pyramid", "allocate", "quantize", "encode", "verify", "prune search"]
         table += ["", "| scene | target | bytes / target | within 5% | " + " | ".join(f"{s} (s)" for s in stages) + " |",
                   "|---|---|---:|---|" + "---:|" * len(stages)]
         for r in pg:

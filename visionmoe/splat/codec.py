@@ -8,6 +8,7 @@ allocation (preset + pyramid cut) -> tuning of the cut against real encoded byte
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -459,8 +460,8 @@ def _compress(scene, ratio, size, psnr, cameras, device, contributions, num_view
 
         verify_spec = {"count": verify_candidates, "error": verify_error}
 
-    def run(target_bytes, pyr=pyr, meta=meta, start=None):
-        return _allocate_and_encode(pyr, meta, target_bytes, preset, seed, prog, timings, verify_spec, start)
+    def run(target_bytes, pyr=pyr, meta=meta, start=None, stage_times=timings):
+        return _allocate_and_encode(pyr, meta, target_bytes, preset, seed, prog, stage_times, verify_spec, start)
 
     if psnr is None:
         target = int(size if size is not None else ref_bytes / ratio)
@@ -469,16 +470,17 @@ def _compress(scene, ratio, size, psnr, cameras, device, contributions, num_view
             t2 = time.perf_counter()
             # judged on every contribution view (up to 16): 4 views missed the damage of pruning
             scams = cameras[torch.linspace(0, len(cameras) - 1, min(16, len(cameras))).round().long().tolist()]
-            with torch.no_grad():
-                sref = render(scene.to(dev), scams).colors
+            sref = []
 
             def search_error(decoded):
                 with torch.no_grad():
-                    return float((render(decoded.to(dev), scams).colors - sref).pow(2).mean())
+                    if not sref:
+                        sref.append(render(scene.to(dev), scams).colors)
+                    return float((render(decoded.to(dev), scams).colors - sref[0]).pow(2).mean())
 
             data, info, kept, pyr, meta = _search_pruning(
-                kept, w, (data, info, pyr, meta), target, scene.sh_degree, n_in, ref_bytes, run,
-                search_error, prune_search, prog)
+                kept, w, (data, info, pyr, meta), target, scene.sh_degree, n_in, ref_bytes,
+                functools.partial(run, stage_times={}), verify_spec["error"], search_error, prune_search, prog)
             timings["prune search"] = time.perf_counter() - t2
     else:
         data, info, target = _search_psnr(scene, pyr, meta, psnr, cameras, device, ref_bytes, run, prog, timings)
@@ -534,7 +536,7 @@ _PRUNE_KEEP_ALL = (0.9,)
 _PRUNE_SEARCH_BELOW_MSE = 10 ** (-45 / 10)
 
 
-def _search_pruning(kept, w, base, target, sh_degree, n_in, ref_bytes, run, error, tries, prog):
+def _search_pruning(kept, w, base, target, sh_degree, n_in, ref_bytes, run, quick_error, error, tries, prog):
     """Pruning instead of merging, render-checked: -> (data, info, kept, pyr, meta) of the best.
 
     A merged primitive covers pixels its members never did (a visible blob), while dropping a
@@ -543,6 +545,8 @@ def _search_pruning(kept, w, base, target, sh_degree, n_in, ref_bytes, run, erro
     same target, starting the allocator from the base's rungs, and the lowest render error on
     the verification views wins. A pruned winner that keeps every leaf and lands under the target
     is refilled once (keep count scaled by target / size).
+    ``quick_error`` (few views) and ``error`` (every search view) map a decoded scene to its
+    render MSE against the original.
     """
     data, info, pyr, meta = base
     terminal = sum(info[2])
@@ -562,8 +566,13 @@ def _search_pruning(kept, w, base, target, sh_degree, n_in, ref_bytes, run, erro
         d, inf = run(target, p, mt, start)
         return [error(decompress(d)), d, inf, sub, p, mt]
 
-    best = [error(decompress(data)), data, info, kept, pyr, meta]
-    if best[0] < _PRUNE_SEARCH_BELOW_MSE:  # near-lossless already: pruning only loses detail
+    # near-lossless already (checked on the few verification views first: cheap): pruning
+    # could only lose detail
+    base_decoded = decompress(data)
+    if quick_error(base_decoded) < _PRUNE_SEARCH_BELOW_MSE:
+        return data, info, kept, pyr, meta
+    best = [error(base_decoded), data, info, kept, pyr, meta]
+    if best[0] < _PRUNE_SEARCH_BELOW_MSE:
         return data, info, kept, pyr, meta
     logger.debug("prune search: cut of %d primitives over %d leaves, %d bytes, verify MSE %.3g", terminal, n,
                  len(data), best[0])
