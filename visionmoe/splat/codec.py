@@ -576,6 +576,13 @@ def _search_pruning(kept, w, base, target, sh_degree, n_in, ref_bytes, run, quic
         return data, info, kept, pyr, meta
     logger.debug("prune search: cut of %d primitives over %d leaves, %d bytes, verify MSE %.3g", terminal, n,
                  len(data), best[0])
+    # rate contract first, as in the rung choice: a pruned variant must land in [0.95, 1] x
+    # target to replace the base (whose own shortfall, if any, the rung choice accepted)
+    def key(c):
+        return (0 if c is base_c or 0.95 * target <= len(c[1]) <= target else 1, c[0])
+
+    base_c = best
+    cands = [best]
     tried = set()
     counts = [m for m in counts if m >= 16][:tries]
     for i, m in enumerate(counts):
@@ -585,18 +592,19 @@ def _search_pruning(kept, w, base, target, sh_degree, n_in, ref_bytes, run, quic
         prog("prune search", i, len(counts))
         cand = attempt(m)
         logger.debug("prune search: keep %d -> %d bytes, verify MSE %.3g", m, len(cand[1]), cand[0])
-        if cand[0] < best[0]:
-            best = cand
+        cands.append(cand)
     prog("prune search", len(counts), len(counts))
-    err, data, info, sub, p, mt = best
-    m = sub.num_gaussians
-    if sub is not kept and len(data) < 0.95 * target and m < n:
-        m2 = int(min(n, m * 0.985 * target / max(len(data), 1)))
+    # the best-rendering pruned variant that fell short of the budget gets one refill
+    short = [c for c in cands[1:] if len(c[1]) < 0.95 * target and c[0] < base_c[0]]
+    if short:
+        c = min(short, key=lambda c: c[0])
+        m = c[3].num_gaussians
+        m2 = int(min(n, m * 0.985 * target / max(len(c[1]), 1)))
         if m2 > m and m2 not in tried:
             cand = attempt(m2)
             logger.debug("prune search: refill keep %d -> %d bytes, verify MSE %.3g", m2, len(cand[1]), cand[0])
-            if cand[0] <= err or 0.95 * target <= len(cand[1]) and cand[0] <= 1.05 * err:
-                best = cand
+            cands.append(cand)
+    best = min(cands, key=key)
     return tuple(best[1:])
 
 
