@@ -381,10 +381,12 @@ def compress(
     the optional render-vs-dense refinement on the decoded primitives. The allocator's best
     ``verify_candidates`` presets (by its contribution-weighted proxy) are encoded at the target
     and the one with the lowest render error on ``verify_views`` of the views is kept (0: trust
-    the proxy). ``prune_search`` > 0: when the chosen cut merges more than a tenth of the leaves,
-    up to that many variants that instead drop the lowest-contribution Gaussians (so fewer,
-    unmerged primitives fill the budget) are encoded and render-checked the same way, and the
-    lowest error wins (needs ``verify_views`` > 0; not used with ``psnr=`` or ``preset=``).
+    the proxy). ``prune_search`` > 0: unless the result already renders above 45 dB, up to that
+    many variants that drop the lowest-contribution Gaussians instead (fewer, unmerged
+    primitives when the cut merges more than a tenth of the leaves; a finer rung when it keeps
+    them all) are encoded at the same target and rendered on every contribution view; the
+    lowest error within the rate window wins (needs ``verify_views`` > 0; not used with
+    ``psnr=`` or ``preset=``).
     """
     targets = [t for t in (ratio, size, psnr) if t is not None]
     if len(targets) > 1:
@@ -543,8 +545,8 @@ def _search_pruning(kept, w, base, target, sh_degree, n_in, ref_bytes, run, quic
     low-contribution Gaussian only loses its own small share. So variants that keep only the
     top Gaussians by contribution (merging less, or affording a finer rung) are encoded at the
     same target, starting the allocator from the base's rungs, and the lowest render error on
-    the verification views wins. A pruned winner that keeps every leaf and lands under the target
-    is refilled once (keep count scaled by target / size).
+    the search views wins among those within the rate window (the best-rendering variant that
+    falls short of it is refilled once: keep count scaled by target / size).
     ``quick_error`` (few views) and ``error`` (every search view) map a decoded scene to its
     render MSE against the original.
     """
