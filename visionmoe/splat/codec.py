@@ -584,7 +584,7 @@ def _search_pruning(kept, w, base, target, sh_degree, n_in, ref_bytes, run, quic
         return (0 if c is base_c or 0.95 * target <= len(c[1]) <= target else 1, c[0])
 
     base_c = best
-    cands = [best]
+    short = None  # the best-rendering variant that fell short of the budget (refilled below)
     tried = set()
     counts = [m for m in counts if m >= 16][:tries]
     for i, m in enumerate(counts):
@@ -594,19 +594,19 @@ def _search_pruning(kept, w, base, target, sh_degree, n_in, ref_bytes, run, quic
         prog("prune search", i, len(counts))
         cand = attempt(m)
         logger.debug("prune search: keep %d -> %d bytes, verify MSE %.3g", m, len(cand[1]), cand[0])
-        cands.append(cand)
+        # only the leaders stay referenced: a variant holds a whole pyramid and its symbols
+        if len(cand[1]) < 0.95 * target and cand[0] < base_c[0] and (short is None or cand[0] < short[0]):
+            short = cand
+        best = min(best, cand, key=key)
     prog("prune search", len(counts), len(counts))
-    # the best-rendering pruned variant that fell short of the budget gets one refill
-    short = [c for c in cands[1:] if len(c[1]) < 0.95 * target and c[0] < base_c[0]]
-    if short:
-        c = min(short, key=lambda c: c[0])
-        m = c[3].num_gaussians
-        m2 = int(min(n, m * 0.985 * target / max(len(c[1]), 1)))
+    if short is not None:
+        m = short[3].num_gaussians
+        m2 = int(min(n, m * 0.985 * target / max(len(short[1]), 1)))
+        short = None
         if m2 > m and m2 not in tried:
             cand = attempt(m2)
             logger.debug("prune search: refill keep %d -> %d bytes, verify MSE %.3g", m2, len(cand[1]), cand[0])
-            cands.append(cand)
-    best = min(cands, key=key)
+            best = min(best, cand, key=key)
     return tuple(best[1:])
 
 
