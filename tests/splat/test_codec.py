@@ -179,19 +179,18 @@ def test_refinement_path(asset):
 
 
 def test_prune_search_never_worse_on_its_views(asset, asset_20x):
-    """The pruning search keeps the merged cut unless a pruned variant renders better on the
-    verification views (the refill may trade up to 5% of that error for a filled budget)."""
+    """The pruning search keeps the base encoding unless a pruned variant within the rate window
+    renders better on the search views (every contribution view, here all 8)."""
     scene, cams, contrib = asset
     base = compress(scene, ratio=20, cameras=cams, contributions=contrib, prune_search=0)
-    vcams = cams[torch.linspace(0, len(cams) - 1, 4).round().long().tolist()]
-    ref = render(scene, vcams).colors
+    ref = render(scene, cams).colors
 
     def err(res):
-        return float((render(decompress(res.data), vcams).colors - ref).pow(2).mean())
+        return float((render(decompress(res.data), cams).colors - ref).pow(2).mean())
 
     assert asset_20x.nbytes <= asset_20x.target_bytes and base.nbytes <= base.target_bytes
-    assert err(asset_20x) <= 1.05 * err(base)
-    if asset_20x.pruned > base.pruned:  # a pruned variant won: fewer Gaussians, merged less
-        assert decompress(asset_20x.data).num_gaussians == asset_20x.primitives
+    assert err(asset_20x) <= err(base) * (1 + 1e-6)
+    if asset_20x.pruned > base.pruned:  # a pruned variant won: it must keep the rate contract
+        assert asset_20x.target_met
     with pytest.raises(ValueError, match="prune_search"):
         compress(scene, ratio=20, contributions=contrib, prune_search=-1)
