@@ -12,7 +12,7 @@ import json
 import time
 from pathlib import Path
 
-from .cli import CLIError, _positive_int, atomic_write_bytes
+from .cli import CLIError, _nonnegative_int, _positive_int, atomic_write_bytes
 
 __all__ = ["PGMS_SUBCOMMANDS"]
 
@@ -71,19 +71,9 @@ def _add_target(p) -> None:
     p.add_argument("--preset", type=_preset, default=None, help="pin the allocator's rungs geometry,appearance (e.g. 4,4)")
     p.add_argument("--refine-steps", type=int, default=0,
                    help="render-vs-dense refinement steps on the chosen primitives (default 0; slow on CPU)")
-    p.add_argument("--prune-search", type=_count, default=3,
+    p.add_argument("--prune-search", type=_nonnegative_int, default=3,
                    help="pruned variants render-checked against a merged cut (default 3; 0: off, faster)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
-    return value
 
 
 def _compress(args, scene):
