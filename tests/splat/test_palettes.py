@@ -1,7 +1,9 @@
-"""Format 2.0 value tables (section PALT): lossless fine-tier coding of attributes that sit on a
+"""Format 2.0+ value tables (section PALT): lossless fine-tier coding of attributes that sit on a
 small set of values (scenes decoded from lossy formats), and its validation."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -52,7 +54,7 @@ def test_palette_file_is_deterministic_and_progressive(grid_pgms):
     src, res = grid_pgms
     again = compress(src, ratio=2, contributions=torch.full((src.num_gaussians,), 5.0), preset=(TOP, 0))
     assert again.data == res.data
-    assert bs.read_preamble(res.data) == bs.VERSION == (2, 0)
+    assert bs.read_preamble(res.data) == bs.VERSION == (3, 0)
     secs = [sec for sec in bs.iter_sections(res.data) if sec.tag == "LEVL"]
     end0 = secs[0].offset + 16 + len(secs[0].payload)
     coarse = decompress(res.data[:end0], level=0)
@@ -100,13 +102,23 @@ def test_bad_palettes_are_format_errors(grid_pgms):
         decompress(_replace_palt(res.data, wrong))
 
 
-def test_version_1_files_still_decode():
-    s = random_scene(300, 1, seed=2)
-    res = compress(s, ratio=6, contributions=torch.full((300,), 5.0), preset=(3, 3))
-    assert "PALT" not in [sec.tag for sec in bs.iter_sections(res.data)]
-    v1 = res.data[:8] + bytes([1, 0, 0, 0]) + res.data[12:]
-    a, b = decompress(res.data), decompress(v1)
-    torch.testing.assert_close(a.means, b.means, rtol=0, atol=0)
-    v3 = res.data[:8] + bytes([3, 0, 0, 0]) + res.data[12:]
-    with pytest.raises(SceneError, match="version 3.0"):
-        decompress(v3)
+DATA = Path(__file__).parent / "data"
+
+
+def test_older_format_files_still_decode():
+    """format2.pgms was written by the format 2.0 encoder (absolute fine-tier shapes, world-axis
+    offsets; random_scene(300, 1, seed=2), ratio 6, preset (3, 3)); format2_decoded.npz is what
+    that release decoded it to."""
+    data = (DATA / "format2.pgms").read_bytes()
+    assert bs.read_preamble(data) == (2, 0)
+    assert "PALT" not in [sec.tag for sec in bs.iter_sections(data)]
+    want = np.load(DATA / "format2_decoded.npz")
+    got = decompress(data)
+    for k in want.files:
+        np.testing.assert_array_equal(getattr(got, k).numpy(), want[k], err_msg=k)
+    # 1.x differs from 2.x only in the DC residuals (no colour decorrelation)
+    v1 = decompress(data[:8] + bytes([1, 0, 0, 0]) + data[12:])
+    for k in ("means", "quats", "log_scales", "opacity_logits"):
+        np.testing.assert_array_equal(getattr(v1, k).numpy(), want[k], err_msg=k)
+    with pytest.raises(SceneError, match="version 4.0"):
+        decompress(data[:8] + bytes([4, 0, 0, 0]) + data[12:])

@@ -29,11 +29,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import _frames
 from .io import SceneError
 
 MAGIC = b"\x89PGMS\r\n\x1a"
-VERSION = (2, 0)
-READABLE_MAJORS = (1, 2)  # 1.x files (no PALT section) decode unchanged
+VERSION = (3, 0)
+# 1.x (no PALT section) and 2.x (absolute fine-tier shapes, world-axis offsets) decode unchanged
+READABLE_MAJORS = (1, 2, 3)
 SECTION_HEADER = struct.Struct("<4sBBHI")  # tag, level, reserved, reserved, length
 STREAM_HEAD = struct.Struct("<BBBBIQI")  # kind, coder, width, pad, n, alphabet, coded size
 GLOBAL_LEVEL = 0xFF
@@ -558,29 +560,55 @@ def _pos_step(log_scales: np.ndarray, quant: Quantizer) -> np.ndarray:
     return np.maximum(quant.pos_rel * np.exp(log_scales.astype(np.float64).mean(1)), quant.min_step)[:, None]
 
 
+def identity_frames(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rotation and log-scales of the level-0 nodes' virtual parent (format 3)."""
+    q = np.zeros((n, 4), np.float32)
+    q[:, 0] = 1
+    return q, np.zeros((n, 3), np.float32)
+
+
+def _relative_log_scales(parent_ls: np.ndarray, lsq: np.ndarray, step: float) -> np.ndarray:
+    return (parent_ls.astype(np.float64) + lsq * step).astype(np.float32)
+
+
+def _child_means(parent_means: np.ndarray, parent_quats: np.ndarray, off: np.ndarray, step: np.ndarray) -> np.ndarray:
+    """Format 3: position offsets are quantised along the decoded parent's axes."""
+    return parent_means + _frames.from_parent_frame(parent_quats, off * step)
+
+
 def quantize_level(nodes, parent_means, parent_dcq, fine: bool, quant: Quantizer, shape_codebook,
-                   sh_keep=None, sh_codebook=None, palettes: Palettes | None = None):
+                   sh_keep=None, sh_codebook=None, palettes: Palettes | None = None,
+                   parent_quats: np.ndarray | None = None, parent_ls: np.ndarray | None = None):
     """Quantise one level's nodes (closed loop on the decoded parents): -> (symbol dict, decoded arrays).
 
-    ``palettes`` (fine tier only): channels coded as indices into value tables (lossless)."""
+    ``palettes`` (fine tier only): channels coded as indices into value tables (lossless).
+    ``parent_quats`` / ``parent_ls``: the decoded parents' rotations and log-scales (identity
+    and zeros, the level-0 default): fine-tier shapes and every position offset are coded in
+    the parent's frame (:mod:`._frames`)."""
     import torch
 
     from .prototypes import assign, shape_features, shape_from_features
 
     means = nodes.means.numpy().astype(np.float64)
+    n = nodes.num_gaussians
+    if parent_quats is None or parent_ls is None:
+        parent_quats, parent_ls = identity_frames(n)
     sym = {}
     if fine:
-        ls_in = nodes.log_scales.numpy()
-        lsq = np.round(ls_in / quant.ls_step).astype(np.int64)
-        log_scales = (lsq * quant.ls_step).astype(np.float32)
+        ls_palette = palettes is not None and any(f"ls{a}" in palettes.values for a in range(3))
+        # scale tables are per axis: keep the axis order when one is used
+        rel_q, ls_in = _frames.relabel_to_parent(parent_quats, nodes.quats.numpy(), nodes.log_scales.numpy(),
+                                                 allow_permute=not ls_palette)
+        lsq = np.round((ls_in - parent_ls) / quant.ls_step).astype(np.int64)
+        log_scales = _relative_log_scales(parent_ls, lsq, quant.ls_step)
         for a in range(3):
             if palettes is not None and f"ls{a}" in palettes.values:
                 tab = palettes.values[f"ls{a}"]
                 lsq[:, a] = _nearest_index(tab, ls_in[:, a])
                 log_scales[:, a] = tab[lsq[:, a]]
-        big, u = _q_rot(nodes.quats.numpy().astype(np.float64), quant.rot_bits)
+        big, u = _q_rot(rel_q, quant.rot_bits)
         sym["ls"], sym["rot_i"], sym["rot_q"] = lsq, big, u
-        quats = _dq_rot(big, u, quant.rot_bits)
+        quats = _frames.compose(parent_quats, _dq_rot(big, u, quant.rot_bits)).astype(np.float32)
     else:
         feats = shape_features(nodes.log_scales, nodes.quats)
         idx = assign(feats, torch.from_numpy(shape_codebook)).numpy()
@@ -588,9 +616,9 @@ def quantize_level(nodes, parent_means, parent_dcq, fine: bool, quant: Quantizer
         ls_t, q_t = shape_from_features(torch.from_numpy(shape_codebook).float())  # decode the table once
         log_scales, quats = ls_t.numpy()[idx], q_t.numpy()[idx]
     step = _pos_step(log_scales, quant)
-    off = np.round((means - parent_means) / step).astype(np.int64)
+    off = np.round(_frames.to_parent_frame(parent_quats, means - parent_means) / step).astype(np.int64)
     sym["pos"] = off
-    dec_means = (parent_means + off * step).astype(np.float32)
+    dec_means = _child_means(parent_means, parent_quats, off, step).astype(np.float32)
     dc_in = nodes.sh_dc.numpy()
     dcq = np.round(dc_in / quant.dc_step).astype(np.int64)
     sym["dc"] = dcq - parent_dcq
@@ -907,6 +935,8 @@ def decode_tree(data: bytes | memoryview, level: int | None = None):
     n = header.level0
     parent_means = np.tile(header.origin, (n, 1))
     parent_dcq = np.zeros((n, 3), np.int64)
+    framed = major >= 3  # parent-frame shapes and offsets
+    parent_quats, parent_ls = identity_frames(n)
     decoded_levels, terminal, seen = [], [], 0
     stop = len(payloads) - 1 if level is None else min(level, len(payloads) - 1)
     for lv in range(stop + 1):
@@ -924,18 +954,26 @@ def decode_tree(data: bytes | memoryview, level: int | None = None):
                 tab = fpal.get(f"ls{a}")
                 if tab is not None:
                     log_scales[:, a] = tab[r.ints(f"ls{a}", n, 0, len(tab) - 1)]
+                elif framed:
+                    lsq = r.ints(f"ls{a}", n, -big_bound, big_bound)
+                    log_scales[:, a] = _relative_log_scales(parent_ls[:, a], lsq, q.ls_step)
                 else:
                     log_scales[:, a] = r.ints(f"ls{a}", n, -big_bound, big_bound) * q.ls_step
             big = r.ints("rot_i", n, 0, 3)
             u = np.stack([r.ints(f"rot{a}", n, 0, (1 << q.rot_bits) - 1) for a in range(3)], 1)
             quats = _dq_rot(big, u, q.rot_bits)
+            if framed:
+                quats = _frames.compose(parent_quats, quats).astype(np.float32)
         else:
             idx = r.ints("shape", n, 0, header.shape_codebook_size - 1)
             log_scales, quats = shape_ls[idx], shape_q[idx]
         if not np.isfinite(log_scales).all() or np.abs(log_scales).max(initial=0) > 80:
             raise FormatError(f"{where}: decoded log-scales out of range")
         off = np.stack([r.ints(f"pos{a}", n, -big_bound, big_bound) for a in range(3)], 1)
-        means = parent_means + off * _pos_step(log_scales, q)
+        if framed:
+            means = _child_means(parent_means, parent_quats, off, _pos_step(log_scales, q))
+        else:
+            means = parent_means + off * _pos_step(log_scales, q)
         dc_res = np.stack([r.ints(f"dc{a}", n, -big_bound, big_bound) for a in range(3)], 1)
         if major >= 2 and not any(f"dc{c}" in fpal for c in range(3)):
             dc_res = correlate_dc(dc_res)
@@ -979,7 +1017,11 @@ def decode_tree(data: bytes | memoryview, level: int | None = None):
         n_next = int(cc.sum())
         if lv == fine_level and n_next:
             raise FormatError(f"{where}: the finest level declares children")
-        parent_means = np.repeat(means, cc, axis=0)
+        # the encoder's closed loop sees float32 parents
+        parent_means = np.repeat(dec["means"].astype(np.float64) if framed else means, cc, axis=0)
         parent_dcq = np.repeat(dcq, cc, axis=0)
+        if framed:
+            parent_quats = np.repeat(quats, cc, axis=0)
+            parent_ls = np.repeat(log_scales, cc, axis=0)
         n = n_next
     return decoded_levels, terminal, header

@@ -231,9 +231,14 @@ def _estimate(pyr: Pyramid, preset: Preset, meta: dict, samples: list, seed: int
         else:
             pm = pyr.levels[lv - 1].means[pyr.parent[lv][torch.from_numpy(idx)]].double().numpy()
         pdc = np.round(pyr.levels[lv - 1].sh_dc[pyr.parent[lv][torch.from_numpy(idx)]].numpy() / quant.dc_step).astype(np.int64) if lv else np.zeros((len(idx), 3), np.int64)
+        if lv:
+            par = pyr.parent[lv][torch.from_numpy(idx)]
+            pq, pls = pyr.levels[lv - 1].quats[par].numpy(), pyr.levels[lv - 1].log_scales[par].numpy()
+        else:
+            pq, pls = bs.identity_frames(len(idx))
         kk = keep[idx] if (fine and keep is not None) else None
         sym, dec = bs.quantize_level(nodes, pm, pdc, fine, quant, shape_cb, kk, sh_cb if fine else None,
-                                     pal if fine else None)
+                                     pal if fine else None, pq, pls)
         err = pair_error(nodes, bs._scene_from(dec)).numpy().astype(np.float64)
         w = pyr.weight[lv][torch.from_numpy(idx)].numpy().astype(np.float64)
         bits = _node_bits(sym, len(idx), kk) / 8 + (0.0 if fine else 0.25)
@@ -263,17 +268,19 @@ def _quantize_full(pyr: Pyramid, qz: _Quantized, meta: dict) -> None:
     L = pyr.num_levels
     parent_means = np.tile(meta["origin"].astype(np.float64), (pyr.levels[0].num_gaussians, 1))
     parent_dcq = np.zeros((pyr.levels[0].num_gaussians, 3), np.int64)
+    parent_quats, parent_ls = bs.identity_frames(pyr.levels[0].num_gaussians)
     qz.symbols = []
     for lv in range(L):
         fine = lv == L - 1
         sym, dec = bs.quantize_level(pyr.levels[lv], parent_means, parent_dcq, fine, qz.quant, qz.shape_cb,
                                      qz.keep if fine else None, qz.sh_cb if fine else None,
-                                     qz.palettes if fine else None)
+                                     qz.palettes if fine else None, parent_quats, parent_ls)
         qz.symbols.append(sym)
         if not fine:
             par = pyr.parent[lv + 1].numpy()
             parent_means = dec["means"].astype(np.float64)[par]
             parent_dcq = dec["dcq"][par]
+            parent_quats, parent_ls = dec["quats"][par], dec["log_scales"][par]
 
 
 def _samples(pyr: Pyramid, per_level: int, seed: int) -> list:
