@@ -11,7 +11,7 @@ from visionmoe.splat import bitstream as bs
 from visionmoe.splat.allocator import make_preset, plan_cut
 from visionmoe.splat.codec import compress, decompress, info, reference_ply_bytes
 from visionmoe.splat.contribution import default_cameras, image_contributions, prune
-from visionmoe.splat.io import read_ply
+from visionmoe.splat.io import GaussianScene, read_ply
 from visionmoe.splat.metrics import psnr, ssim
 from visionmoe.splat.pyramid import build_pyramid, morton_codes
 from visionmoe.splat.render import render
@@ -194,3 +194,37 @@ def test_prune_search_never_worse_on_its_views(asset, asset_20x):
         assert asset_20x.target_met
     with pytest.raises(ValueError, match="prune_search"):
         compress(scene, ratio=20, contributions=contrib, prune_search=-1)
+
+
+def test_refinement_is_kept_only_when_it_renders_closer(asset, monkeypatch):
+    """The default (auto) refinement fits the chosen primitives to the original scene's renders;
+    its re-encoding replaces the plain one only if it renders closer on the contribution views."""
+    import visionmoe.splat.update as update
+
+    scene, cams, contrib = asset
+    plain = compress(scene, ratio=50, cameras=cams, contributions=contrib, refine_steps=0)
+    auto = compress(scene, ratio=50, cameras=cams, contributions=contrib)
+    ref = render(scene, cams).colors
+
+    def err(res):
+        return float((render(decompress(res.data), cams).colors - ref).pow(2).mean())
+
+    assert "refine" in auto.timings and "refine" not in plain.timings
+    assert err(auto) < 0.97 * err(plain)  # fruit at 50x (30 dB on these views): refinement helps
+    assert auto.target_met
+
+    def harmful(prim, dense, cameras, **kw):  # a refinement that only hurts is thrown away
+        return GaussianScene(
+            means=prim.means, quats=prim.quats, log_scales=prim.log_scales, opacity_logits=prim.opacity_logits,
+            sh_dc=prim.sh_dc + 3.0, sh_rest=prim.sh_rest)
+
+    monkeypatch.setattr(update, "refine", harmful)
+    assert compress(scene, ratio=50, cameras=cams, contributions=contrib, refine_steps=5).data == plain.data
+    with pytest.raises(ValueError, match="refine_steps"):
+        compress(scene, ratio=20, contributions=contrib, refine_steps=-1)
+
+
+def test_auto_refinement_skips_near_lossless_results(asset):
+    scene, cams, contrib = asset
+    auto = compress(scene, ratio=5, cameras=cams, contributions=contrib)
+    assert auto.data == compress(scene, ratio=5, cameras=cams, contributions=contrib, refine_steps=0).data

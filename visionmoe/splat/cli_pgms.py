@@ -59,6 +59,15 @@ def _preset(text: str) -> tuple[int, int]:
     return g, a
 
 
+def _refine_steps(text: str) -> int | None:
+    if text == "auto":
+        return None
+    try:
+        return _nonnegative_int(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected 'auto' or an integer >= 0, got {text!r}") from None
+
+
 def _add_target(p) -> None:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--ratio", type=_ratio, help="target compression ratio against the native-degree float32 .ply (default 20)")
@@ -69,8 +78,9 @@ def _add_target(p) -> None:
     p.add_argument("--cameras", help="INRIA cameras.json to use instead of orbit views")
     p.add_argument("--device", default=None, help="device for rendering contributions (cpu, cuda; default: cuda if present)")
     p.add_argument("--preset", type=_preset, default=None, help="pin the allocator's rungs geometry,appearance (e.g. 4,4)")
-    p.add_argument("--refine-steps", type=int, default=0,
-                   help="render-vs-dense refinement steps on the chosen primitives (default 0; slow on CPU)")
+    p.add_argument("--refine-steps", type=_refine_steps, default=None,
+                   help="render-vs-original refinement steps on the chosen primitives, kept only if they help "
+                        "(default auto: 30 on cuts of at most 250k primitives below 40 dB; 0: off, faster)")
     p.add_argument("--prune-search", type=_nonnegative_int, default=3,
                    help="pruned variants render-checked against a merged cut (default 3; 0: off, faster)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
