@@ -4,8 +4,9 @@ For each scene: PGMS at several target ratios, and the peers written by the npm 
 @playcanvas/splat-transform 3.x (SPZ, SOG, compressed.ply), each decoded back to .ply with
 the same tool. Every variant is rendered by visionmoe's renderer from the same orbit views as
 the original (render vs render): bytes, ratio against the native-degree float32 .ply
-(the named baseline), PSNR, SSIM, encode and decode time. PGMS uses those orbit poses for its
-contributions and refinement, so PSNR on 15 other poses (35 degrees up) is reported too. Writes a markdown table, a JSON
+(the named baseline), PSNR, SSIM, encode and decode time. PGMS's default contribution views
+(the same 20-degree ring at 256 px, plus rings at 45 and 0 degrees) include those poses, so
+PSNR on 15 other poses (35 degrees up, between its rings) is reported too. Writes a markdown table, a JSON
 file and a rate-distortion plot (PNG); for PGMS also the rate accuracy (bytes / target) and
 the encode time per stage.
 
@@ -123,8 +124,8 @@ def main() -> int:
         ref_bytes = reference_ply_bytes(scene.num_gaussians, scene.sh_degree)
         cams = orbit_cameras(scene, num_views=args.views, width=args.size, height=args.size)
         ref = render_all(scene, cams)
-        # PGMS computes contributions on (and refines against) the orbit poses above; other
-        # poses show whether that fits them only
+        # PGMS computes contributions on (and refines against) the poses above among others;
+        # poses none of its rings has show whether it fits its own views only
         other = orbit_cameras(scene, num_views=args.other_views, width=args.size, height=args.size, elevation_deg=35.0)
         other_ref = render_all(scene, other)
         print(f"{name}: {scene.num_gaussians} Gaussians, SH{scene.sh_degree}, float32 .ply {ref_bytes} bytes")

@@ -108,3 +108,16 @@ def test_load_cameras_json_errors(tmp_path, content, match):
         load_cameras_json(path)
     with pytest.raises(CameraError, match="cannot read"):
         load_cameras_json(tmp_path / "missing.json")
+
+
+def test_concat_keeps_order_and_rejects_mismatched_sizes():
+    scene = blob_scene(10)
+    a = orbit_cameras(scene, num_views=2, width=16, height=16)
+    b = orbit_cameras(scene, num_views=3, width=16, height=16, elevation_deg=45.0)
+    both = Cameras.concat([a, b])
+    assert len(both) == 5
+    assert torch.equal(both.viewmats[:2], a.viewmats) and torch.equal(both.viewmats[2:], b.viewmats)
+    with pytest.raises(CameraError, match="image size"):
+        Cameras.concat([a, orbit_cameras(scene, num_views=1, width=8, height=16)])
+    with pytest.raises(CameraError, match="at least one"):
+        Cameras.concat([])

@@ -210,7 +210,7 @@ def test_refinement_is_kept_only_when_it_renders_closer(asset, monkeypatch):
         return float((render(decompress(res.data), cams).colors - ref).pow(2).mean())
 
     assert "refine" in auto.timings and "refine" not in plain.timings
-    assert err(auto) < 0.97 * err(plain)  # fruit at 50x (30 dB on these views): refinement helps
+    assert err(auto) < 0.995 * err(plain)  # fruit at 50x (28 dB on these 16 views): refinement helps (-1.3%)
     assert auto.target_met
 
     def harmful(prim, dense, cameras, **kw):  # a refinement that only hurts is thrown away
@@ -228,3 +228,45 @@ def test_auto_refinement_skips_near_lossless_results(asset):
     scene, cams, contrib = asset
     auto = compress(scene, ratio=5, cameras=cams, contributions=contrib)
     assert auto.data == compress(scene, ratio=5, cameras=cams, contributions=contrib, refine_steps=0).data
+
+
+def test_default_cameras_are_three_orbit_rings(asset):
+    """Default contribution views: num_views at 20 degrees, half as many at 45 and at 0 (poses
+    above and level with the usual orbit, so pruning keeps what those see too)."""
+    from visionmoe.splat.cameras import orbit_cameras
+
+    scene = asset[0]
+    cams = default_cameras(scene, num_views=8, size=32)
+    assert len(cams) == 16 and cams.width == cams.height == 32
+    rings = [orbit_cameras(scene, num_views=n, width=32, height=32, elevation_deg=e) for e, n in ((20, 8), (45, 4), (0, 4))]
+    assert torch.equal(cams.viewmats, torch.cat([r.viewmats for r in rings]))
+    assert len(default_cameras(scene, num_views=1, size=8)) == 3  # at least one view per ring
+
+
+def test_refine_renders_bounded_interleaved_batches(asset, monkeypatch):
+    """Each refinement step renders at most views_per_step cameras, cycling through every
+    camera in interleaved batches (every B-th camera)."""
+    import importlib
+
+    from visionmoe.splat.update import refine
+
+    render_mod = importlib.import_module("visionmoe.splat.render")  # the package re-exports render()
+
+    scene = asset[0]
+    cams = default_cameras(scene, num_views=2, size=16)  # 2 + 1 + 1 views
+    seen = []
+    real = render_mod.render
+
+    def spy(s, c, **kw):
+        seen.append(c.viewmats.clone())
+        return real(s, c, **kw)
+
+    monkeypatch.setattr(render_mod, "render", spy)
+    prim = scene.subset(torch.arange(64))
+    refine(prim, scene, cams, steps=3, views_per_step=2)
+    batches = [cams.viewmats[[0, 2]], cams.viewmats[[1, 3]]]
+    assert len(seen) == 2 + 3  # the targets of both batches, then one batch per step
+    for got, want in zip(seen, batches + [batches[0], batches[1], batches[0]]):
+        assert torch.equal(got, want)
+    with pytest.raises(ValueError, match="views_per_step"):
+        refine(prim, scene, cams, steps=1, views_per_step=0)

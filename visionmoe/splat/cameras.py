@@ -56,6 +56,21 @@ class Cameras:
             index = [index]
         return Cameras(self.viewmats[index], self.Ks[index], self.width, self.height, self.near, self.far)
 
+    @classmethod
+    def concat(cls, parts) -> Cameras:
+        """The cameras of ``parts`` (same image size and clip planes), in order."""
+        parts = list(parts)
+        if not parts:
+            raise CameraError("concat needs at least one Cameras")
+        first = parts[0]
+        for c in parts[1:]:
+            if (c.width, c.height, c.near, c.far) != (first.width, first.height, first.near, first.far):
+                raise CameraError(f"concat: image size and clip planes must match, got {c.width}x{c.height} "
+                                  f"(near {c.near}, far {c.far}) and {first.width}x{first.height} "
+                                  f"(near {first.near}, far {first.far})")
+        return cls(torch.cat([c.viewmats for c in parts]), torch.cat([c.Ks for c in parts]),
+                   first.width, first.height, first.near, first.far)
+
     def to(self, device=None, dtype=None) -> Cameras:
         return Cameras(
             self.viewmats.to(device=device, dtype=dtype), self.Ks.to(device=device, dtype=dtype),

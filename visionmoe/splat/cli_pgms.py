@@ -73,7 +73,7 @@ def _add_target(p) -> None:
     g.add_argument("--ratio", type=_ratio, help="target compression ratio against the native-degree float32 .ply (default 20)")
     g.add_argument("--size", type=_size, help="target file size in bytes (suffixes k, M)")
     g.add_argument("--psnr", type=_psnr, help="target PSNR in dB on the contribution views (bisection on size; slower)")
-    p.add_argument("--views", type=_positive_int, default=16, help="orbit views for contributions (default 16)")
+    p.add_argument("--views", type=_positive_int, default=16, help="orbit views for contributions at 20 degrees, plus half as many at 45 and at 0 (default 16)")
     p.add_argument("--view-size", type=_positive_int, default=256, help="contribution view size in pixels (default 256)")
     p.add_argument("--cameras", help="INRIA cameras.json to use instead of orbit views")
     p.add_argument("--device", default=None, help="device for rendering contributions (cpu, cuda; default: cuda if present)")

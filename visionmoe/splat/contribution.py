@@ -18,11 +18,22 @@ from .io import GaussianScene
 __all__ = ["default_cameras", "image_contributions", "prune"]
 
 
-def default_cameras(scene: GaussianScene, *, num_views: int = 16, size: int = 256):
-    """Orbit views around the scene (the renderer's ``orbit_cameras``) at ``size`` x ``size``."""
-    from .cameras import orbit_cameras
+# Orbit rings of the default views: (elevation in degrees, views as a fraction of num_views).
+# One ring fits the encoder to its own poses: with a single 20-degree ring, statue at 5x
+# rendered 60.5 dB there but 50.2 dB from 35 degrees (the Gaussians only other poses see were
+# pruned); with these three rings 56.4 / 56.3 dB, plant 64.2 / 58.3 -> 64.1 / 63.5 dB.
+_RINGS = ((20.0, 1.0), (45.0, 0.5), (0.0, 0.5))
 
-    return orbit_cameras(scene, num_views=num_views, width=size, height=size)
+
+def default_cameras(scene: GaussianScene, *, num_views: int = 16, size: int = 256):
+    """Orbit views around the scene (the renderer's ``orbit_cameras``) at ``size`` x ``size``:
+    ``num_views`` at 20 degrees of elevation, then half as many (at least one) at 45 and at 0."""
+    from .cameras import Cameras, orbit_cameras
+
+    return Cameras.concat(
+        orbit_cameras(scene, num_views=max(1, round(num_views * share)), width=size, height=size, elevation_deg=elev)
+        for elev, share in _RINGS
+    )
 
 
 def image_contributions(scene: GaussianScene, cameras, *, device=None, views_per_batch: int = 4) -> torch.Tensor:

@@ -89,21 +89,30 @@ def scene_extent(scene: GaussianScene) -> float:
 
 
 def refine(scene: GaussianScene, dense: GaussianScene, cameras, *, steps: int = 30, lr_scale: float = 1.0,
-           progress=None) -> GaussianScene:
+           views_per_step: int = 16, progress=None) -> GaussianScene:
     """Render-vs-dense-render refinement of ``scene`` (continuous parameters) through the
-    differentiable rasteriser; returns the refined scene (inputs untouched)."""
+    differentiable rasteriser; returns the refined scene (inputs untouched).
+
+    Each step renders at most ``views_per_step`` of the cameras: with C cameras split into
+    ``ceil(C / views_per_step)`` interleaved batches (every B-th camera), step i uses batch
+    i mod B, so a step's cost stays bounded and consecutive steps cover every pose."""
     from .render import render  # the differentiable rasteriser (visionmoe.ops.rasterize)
 
+    if not (isinstance(views_per_step, int) and views_per_step >= 1):
+        raise ValueError(f"views_per_step must be an int >= 1, got {views_per_step!r}")
+    num_batches = -(-len(cameras) // views_per_step)
+    batches = [list(range(b, len(cameras), num_batches)) for b in range(num_batches)]
     with torch.no_grad():
-        target = render(dense, cameras).colors
+        targets = [render(dense, cameras[idx] if num_batches > 1 else cameras).colors for idx in batches]
     params = {k: getattr(scene, k).detach().clone().requires_grad_(True) for k in _RATES}
     extent = scene_extent(dense)
     opt = torch.optim.Adam([{"params": [params[k]], "lr": r * lr_scale * (extent if k == "means" else 1.0)}
                             for k, r in _RATES.items()])
     for step in range(steps):
         opt.zero_grad()
-        out = render(GaussianScene(**params), cameras).colors
-        loss = (out - target).abs().mean()
+        b = step % num_batches
+        out = render(GaussianScene(**params), cameras[batches[b]] if num_batches > 1 else cameras).colors
+        loss = (out - targets[b]).abs().mean()
         loss.backward()
         opt.step()
         if progress is not None:
