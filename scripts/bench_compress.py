@@ -200,32 +200,42 @@ def main() -> int:
 
 
 def plot(rows, path: Path, args) -> None:
+    """Rate-distortion on the compared views and, beside it, on the other poses."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
     scenes = sorted({r["scene"] for r in rows})
-    fig, ax = plt.subplots(figsize=(8, 5.5))
+    panels = [("psnr", f"{args.views} orbit views at 20 degrees, {args.size} px")]
+    if all("psnr_other" in r for r in rows):
+        panels.append(("psnr_other", f"{args.other_views} other poses at 35 degrees, {args.size} px"))
+    fig, axes = plt.subplots(1, len(panels), figsize=(7.5 * len(panels), 5.5), sharey=True, squeeze=False)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     markers = {"SPZ": "s", "SOG": "^", "SOG (SH0)": "v", "compressed.ply": "D"}
-    for i, s in enumerate(scenes):
-        c = colors[i % len(colors)]
-        pg = sorted((r for r in rows if r["scene"] == s and r["method"].startswith("PGMS")), key=lambda r: r["ratio"])
-        ax.plot([r["ratio"] for r in pg], [r["psnr"] for r in pg], "-o", color=c, label=f"{s} PGMS")
-        for r in rows:
-            if r["scene"] == s and not r["method"].startswith("PGMS"):
-                ax.scatter(r["ratio"], r["psnr"], marker=markers.get(r["method"], "x"), color=c, edgecolor="k", zorder=3)
+    for ax, (key, where) in zip(axes[0], panels):
+        for i, s in enumerate(scenes):
+            c = colors[i % len(colors)]
+            pg = sorted((r for r in rows if r["scene"] == s and r["method"].startswith("PGMS")), key=lambda r: r["ratio"])
+            ax.plot([r["ratio"] for r in pg], [r[key] for r in pg], "-o", color=c, label=f"{s} PGMS")
+            for r in rows:
+                if r["scene"] == s and not r["method"].startswith("PGMS"):
+                    ax.scatter(r["ratio"], r[key], marker=markers.get(r["method"], "x"), color=c, edgecolor="k", zorder=3)
+        ax.set_xscale("log")
+        ax.xaxis.set_major_locator(FixedLocator([4, 5, 6, 8, 10, 15, 20, 30, 50]))
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
+        ax.set_xlabel("compression ratio vs native-degree float32 .ply (log scale)")
+        ax.set_title(f"PSNR vs original render: {where}", fontsize=10)
+        ax.grid(True, which="both", alpha=0.3)
     for m, mk in markers.items():
-        ax.scatter([], [], marker=mk, color="w", edgecolor="k", label=m)
-    ax.set_xscale("log")
-    ax.set_xlabel("compression ratio vs native-degree float32 .ply (log)")
-    ax.set_ylabel(f"PSNR vs original render (dB), {args.views} orbit views {args.size}px")
-    ax.set_title("PGMS rate-distortion vs splat-transform peers (render vs render)")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7, ncol=2)
+        axes[0][0].scatter([], [], marker=mk, color="w", edgecolor="k", label=m)
+    axes[0][0].set_ylabel("PSNR (dB)")
+    axes[0][0].legend(fontsize=7, ncol=2)
+    fig.suptitle("PGMS rate-distortion vs splat-transform peers (render vs render)")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=110)
 
 
 if __name__ == "__main__":

@@ -389,7 +389,7 @@ def compress(
     ``preset`` pins the allocator's quality rungs ``(geometry, appearance)``. ``refine_steps``: Adam
     steps of the render-vs-original-render refinement of the chosen primitives, kept only if
     the re-encoded result renders closer to the original on the contribution views; None
-    (default) runs 30 steps for ratio/size targets on cuts of at most 250k primitives that
+    (default) runs 30 steps for ratio/size targets on cuts of at most 150k primitives that
     render below 40 dB, 0 turns it off. The allocator's best
     ``verify_candidates`` presets (by its contribution-weighted proxy) are encoded at the target
     and the one with the lowest render error on ``verify_views`` of the views is kept (0: trust
@@ -629,13 +629,14 @@ def _search_pruning(kept, w, base, target, sh_degree, n_in, ref_bytes, run, quic
 
 
 # Refinement by default: 30 Adam steps at the 3DGS training rates (plant at 20x: 30.3 -> 34.8 dB
-# on the contribution views, 27.1 -> 31.0 dB on 15 other views), on cuts of at most 250k
-# primitives (about 2 s per step per 60k primitives on one CPU thread) that render below 40 dB:
+# on the contribution views, 27.1 -> 31.0 dB on 15 other views), on cuts of at most 150k
+# primitives (about 2 s per step per 60k primitives on one CPU thread; playbot at 50x, 181k:
+# +0.3 dB for 145 s) that render below 40 dB:
 # above, Adam's first steps (each parameter moves by about its rate) cost more than the rest
 # recover (fruit at 20x, 44 dB: every run rendered worse, and the check threw it away).
 _AUTO_REFINE_STEPS = 30
 _AUTO_REFINE_BELOW_DB = 40.0
-_AUTO_REFINE_MAX_PRIMITIVES = 250_000
+_AUTO_REFINE_MAX_PRIMITIVES = 150_000
 
 
 def _refine_checked(pyr, scene, meta, base, cameras, steps, device, prog, skip_above_db=None):
