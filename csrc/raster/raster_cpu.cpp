@@ -8,7 +8,9 @@
 // compositing loop is Gaussian-outer / pixel-inner: each Gaussian only visits the pixels of
 // its alpha bounding box inside the tile, per-Gaussian sums (contribution, pixel count,
 // gradients) stay in registers and are flushed once per (tile, Gaussian), and a tile stops
-// as soon as every pixel is saturated (transmittance < 1e-4).
+// as soon as every pixel is saturated (transmittance < 1e-4). With several threads a flush
+// goes to the tile entry's own slot and the slots are summed afterwards in the order one
+// thread would add them: no atomics, and results that do not depend on the thread count.
 #include <ATen/Parallel.h>
 
 #include <algorithm>
@@ -52,12 +54,6 @@ std::vector<gs::Camera<T>> load_cameras(const at::Tensor& viewmats, const at::Te
   return cams;
 }
 
-template <typename T>
-inline void atomic_add(T* addr, T v) {
-#pragma omp atomic
-  *addr += v;
-}
-
 // Stable LSD radix sort of ids by 32-bit keys (4 passes of 8 bits).
 void radix_sort_by_key(std::vector<uint32_t>& keys, std::vector<int32_t>& ids) {
   const size_t n = keys.size();
@@ -78,14 +74,69 @@ void radix_sort_by_key(std::vector<uint32_t>& keys, std::vector<int32_t>& ids) {
   }
 }
 
-// True when the calling code runs on one thread (no OpenMP team, or a team of one): the
-// per-Gaussian flushes then need no atomics.
-inline bool serial_region() {
-#ifdef _OPENMP
-  return omp_get_num_threads() == 1;
-#else
-  return true;
-#endif
+// Per (tile, Gaussian) partial sums. One thread adds them straight into the outputs; several
+// write them to the tile entry's slot (its index k in the tile lists, so no two threads share
+// one) and reduce_*_slots adds the slots in the order one thread would have: the results are
+// bit-identical for every thread count (atomic adds would sum in a varying order).
+template <typename T>
+inline void flush_fwd(T csum, int ccount, int64_t k, int64_t cg, T* cslots, int* nslots, T* contrib, int* counts) {
+  if (cslots != nullptr) {
+    cslots[k] = csum;
+    nslots[k] = ccount;
+  } else {
+    contrib[cg] += csum;
+    counts[cg] += ccount;
+  }
+}
+
+// Backward partials, in slot order: colour (3), conic (3), 2D mean (2), depth, opacity.
+constexpr int kBwdSlot = 10;
+
+template <typename T>
+inline void add_bwd(const T* v, int64_t cg, int64_t g, T* gm2, T* gcn, T* gcol, T* gop, T* gdp) {
+  for (int i = 0; i < 3; ++i) gcol[cg * 3 + i] += v[i];
+  for (int i = 0; i < 3; ++i) gcn[cg * 3 + i] += v[3 + i];
+  gm2[cg * 2] += v[6];
+  gm2[cg * 2 + 1] += v[7];
+  gdp[cg] += v[8];
+  gop[g] += v[9];
+}
+
+template <typename T>
+inline void flush_bwd(const T* v, int64_t k, int64_t cg, int64_t g, T* slots, T* gm2, T* gcn, T* gcol, T* gop,
+                      T* gdp) {
+  if (slots != nullptr) {
+    std::copy(v, v + kBwdSlot, slots + k * kBwdSlot);
+  } else {
+    add_bwd(v, cg, g, gm2, gcn, gcol, gop, gdp);
+  }
+}
+
+// One thread visits a tile's entries front to back in the forward pass, back to front in the
+// backward pass; slots of entries it would skip hold zeros, and x + 0 == x.
+template <typename T>
+void reduce_fwd_slots(const std::vector<T>& cslots, const std::vector<int>& nslots, const int64_t* offs,
+                      const int32_t* ids, int64_t C, int64_t N, int64_t TT, T* contrib, int* counts) {
+  for (int64_t job = 0; job < C * TT; ++job) {
+    const int64_t c = job / TT;
+    for (int64_t k = offs[job]; k < offs[job + 1]; ++k) {
+      const int64_t cg = c * N + ids[k];
+      contrib[cg] += cslots[k];
+      counts[cg] += nslots[k];
+    }
+  }
+}
+
+template <typename T>
+void reduce_bwd_slots(const std::vector<T>& slots, const int64_t* offs, const int32_t* ids, int64_t C, int64_t N,
+                      int64_t TT, T* gm2, T* gcn, T* gcol, T* gop, T* gdp) {
+  for (int64_t job = 0; job < C * TT; ++job) {
+    const int64_t c = job / TT;
+    for (int64_t k = offs[job + 1] - 1; k >= offs[job]; --k) {
+      const int64_t g = ids[k];
+      add_bwd(slots.data() + k * kBwdSlot, c * N + g, g, gm2, gcn, gcol, gop, gdp);
+    }
+  }
 }
 
 bool cpu_has_avx2_fma();
@@ -428,16 +479,6 @@ VM_AVX2 inline __m256i span_mask(int bx, int lo, int hi) {
                           _mm256_cmpgt_epi32(_mm256_set1_epi32(hi), lx));
 }
 
-template <typename V>
-inline void add_to(V* addr, V v, bool serial) {
-  if (serial) {
-    *addr += v;
-  } else {
-#pragma omp atomic
-    *addr += v;
-  }
-}
-
 struct TileCtx {
   int64_t c, N;
   int ox, oy, tw, th;
@@ -500,7 +541,8 @@ VM_AVX2 inline void make_blocks(const GRec& g, int ox, int lo, int hi, Blocks& B
 
 // Forward of one tile. Writes colour (no background), transmittance, depth and last index.
 VM_AVX2 void fwd_tile_avx2(const TileCtx& t, const int32_t* ids, const GRec* recs, float* contrib, int* counts,
-                           bool serial, int64_t W, int64_t H, float* oc, float* ot, float* od, int* ol) {
+                           float* cslots, int* nslots, int64_t W, int64_t H, float* oc, float* ot, float* od,
+                           int* ol) {
   constexpr int P = kT * kT;
   alignas(32) float Tr[P], aR[P], aG[P], aB[P], aD[P];
   alignas(32) int32_t last[P], done[P];
@@ -570,10 +612,7 @@ VM_AVX2 void fwd_tile_avx2(const TileCtx& t, const int32_t* ids, const GRec* rec
         ccount += __builtin_popcount(unsigned(am));
       }
     }
-    if (contrib != nullptr && ccount > 0) {
-      add_to(contrib + cg, hsum_avx2(vcsum), serial);
-      add_to(counts + cg, ccount, serial);
-    }
+    if (contrib != nullptr && ccount > 0) flush_fwd(hsum_avx2(vcsum), ccount, k, cg, cslots, nslots, contrib, counts);
   }
   for (int y = 0; y < t.th; ++y)
     for (int x = 0; x < t.tw; ++x) {
@@ -590,7 +629,7 @@ VM_AVX2 void fwd_tile_avx2(const TileCtx& t, const int32_t* ids, const GRec* rec
 
 // Backward of one tile (reverse order from each pixel's last index).
 VM_AVX2 void bwd_tile_avx2(const TileCtx& t, const int32_t* ids, const GRec* recs, const float* tr, const int* lst,
-                           const float* vC, const float* vT, const float* vD, bool serial, int64_t W, int64_t H,
+                           const float* vC, const float* vT, const float* vD, float* slots, int64_t W, int64_t H,
                            float* gm2, float* gcn, float* gcol, float* gop, float* gdp) {
   constexpr int P = kT * kT;
   alignas(32) float Tr[P], Tf[P], BR[P], BG[P], BB[P], Bd[P], gR[P], gG[P], gB[P], gT[P], gD[P];
@@ -696,16 +735,10 @@ VM_AVX2 void bwd_tile_avx2(const TileCtx& t, const int32_t* ids, const GRec* rec
       }
     }
     if (!touched) continue;
-    add_to(gcol + cg * 3, hsum_avx2(a_r), serial);
-    add_to(gcol + cg * 3 + 1, hsum_avx2(a_g), serial);
-    add_to(gcol + cg * 3 + 2, hsum_avx2(a_b), serial);
-    add_to(gcn + cg * 3, -0.5f * hsum_avx2(a_c0), serial);
-    add_to(gcn + cg * 3 + 1, -hsum_avx2(a_c1), serial);
-    add_to(gcn + cg * 3 + 2, -0.5f * hsum_avx2(a_c2), serial);
-    add_to(gm2 + cg * 2, -hsum_avx2(a_m0), serial);
-    add_to(gm2 + cg * 2 + 1, -hsum_avx2(a_m1), serial);
-    add_to(gdp + cg, hsum_avx2(a_d), serial);
-    add_to(gop + g, hsum_avx2(a_o), serial);
+    const float v[kBwdSlot] = {hsum_avx2(a_r), hsum_avx2(a_g), hsum_avx2(a_b), -0.5f * hsum_avx2(a_c0),
+                               -hsum_avx2(a_c1), -0.5f * hsum_avx2(a_c2), -hsum_avx2(a_m0), -hsum_avx2(a_m1),
+                               hsum_avx2(a_d), hsum_avx2(a_o)};
+    flush_bwd(v, t.start + k, cg, g, slots, gm2, gcn, gcol, gop, gdp);
   }
 }
 
@@ -747,8 +780,17 @@ void rasterize_fwd_impl(const at::Tensor& means2d, const at::Tensor& conics, con
   int* counts = want_contributions ? pixel_counts.data_ptr<int>() : nullptr;
   const T alpha_min = T(gs::kAlphaMin), alpha_max = T(gs::kAlphaMax), t_min = T(gs::kTransmittanceMin);
   const int nthreads = std::max(1, at::get_num_threads());
+  const bool parallel = nthreads > 1 && offs[C * TT] > kParallelMin;
+  std::vector<T> cslots;
+  std::vector<int> nslots;
+  if (want_contributions && parallel) {
+    cslots.assign(offs[C * TT], T(0));
+    nslots.assign(offs[C * TT], 0);
+  }
+  T* cs = cslots.empty() ? nullptr : cslots.data();
+  int* ns = nslots.empty() ? nullptr : nslots.data();
   (void)use_simd;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nthreads) if (offs[C * TT] > kParallelMin)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nthreads) if (parallel)
   for (int64_t job = 0; job < C * TT; ++job) {
     const int64_t c = job / TT, tile = job % TT;
     const int ox = int(tile % tiles_x) * kT, oy = int(tile / tiles_x) * kT;
@@ -757,7 +799,7 @@ void rasterize_fwd_impl(const at::Tensor& means2d, const at::Tensor& conics, con
     if constexpr (std::is_same_v<T, float>) {
       if (use_simd) {
         const TileCtx tc{c, N, ox, oy, tw, th, offs[c * TT + tile], offs[c * TT + tile + 1]};
-        fwd_tile_avx2(tc, ids, recs.data(), contrib, counts, serial_region(), W, H, oc, ot, od, ol);
+        fwd_tile_avx2(tc, ids, recs.data(), contrib, counts, cs, ns, W, H, oc, ot, od, ol);
         continue;
       }
     }
@@ -817,10 +859,7 @@ void rasterize_fwd_impl(const at::Tensor& means2d, const at::Tensor& conics, con
           ++ccount;
         }
       }
-      if (contrib != nullptr && ccount > 0) {
-        atomic_add(contrib + cg, csum);
-atomic_add(counts + cg, ccount);
-      }
+      if (contrib != nullptr && ccount > 0) flush_fwd(csum, ccount, k, cg, cs, ns, contrib, counts);
     }
     for (int y = 0; y < th; ++y)
       for (int x = 0; x < tw; ++x) {
@@ -832,6 +871,7 @@ atomic_add(counts + cg, ccount);
         ol[pix] = last[p];
       }
   }
+  if (cs != nullptr) reduce_fwd_slots(cslots, nslots, offs, ids, C, N, TT, contrib, counts);
 }
 
 template <typename T>
@@ -871,8 +911,12 @@ void rasterize_bwd_impl(const at::Tensor& means2d, const at::Tensor& conics, con
   if (!use_simd) prepare_spans<T>(m2, cn, op, C, N, W, H, bbox, t2s);
   const T alpha_min = T(gs::kAlphaMin), alpha_max = T(gs::kAlphaMax);
   const int nthreads = std::max(1, at::get_num_threads());
+  const bool parallel = nthreads > 1 && offs[C * TT] > kParallelMin;
+  std::vector<T> slots;
+  if (parallel) slots.assign(offs[C * TT] * kBwdSlot, T(0));
+  T* sl = parallel ? slots.data() : nullptr;
   (void)use_simd;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nthreads) if (offs[C * TT] > kParallelMin)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nthreads) if (parallel)
   for (int64_t job = 0; job < C * TT; ++job) {
     const int64_t c = job / TT, tile = job % TT;
     const int ox = int(tile % tiles_x) * kT, oy = int(tile / tiles_x) * kT;
@@ -881,7 +925,7 @@ void rasterize_bwd_impl(const at::Tensor& means2d, const at::Tensor& conics, con
     if constexpr (std::is_same_v<T, float>) {
       if (use_simd) {
         const TileCtx tc{c, N, ox, oy, tw, th, offs[c * TT + tile], offs[c * TT + tile + 1]};
-        bwd_tile_avx2(tc, ids, recs.data(), tr, lst, vC, vT, vD, serial_region(), W, H, gm2, gcn, gcol, gop, gdp);
+        bwd_tile_avx2(tc, ids, recs.data(), tr, lst, vC, vT, vD, sl, W, H, gm2, gcn, gcol, gop, gdp);
         continue;
       }
     }
@@ -961,14 +1005,11 @@ void rasterize_bwd_impl(const at::Tensor& means2d, const at::Tensor& conics, con
         }
       }
       if (!touched) continue;
-      for (int ch = 0; ch < 3; ++ch) atomic_add(gcol + cg * 3 + ch, v_rgb[ch]);
-      for (int i = 0; i < 3; ++i) atomic_add(gcn + cg * 3 + i, v_c[i]);
-      atomic_add(gm2 + cg * 2, v_m[0]);
-      atomic_add(gm2 + cg * 2 + 1, v_m[1]);
-      atomic_add(gdp + cg, v_d);
-      atomic_add(gop + g, v_o);
+      const T v[kBwdSlot] = {v_rgb[0], v_rgb[1], v_rgb[2], v_c[0], v_c[1], v_c[2], v_m[0], v_m[1], v_d, v_o};
+      flush_bwd(v, start + k, cg, g, sl, gm2, gcn, gcol, gop, gdp);
     }
   }
+  if (sl != nullptr) reduce_bwd_slots(slots, offs, ids, C, N, TT, gm2, gcn, gcol, gop, gdp);
 }
 
 }  // namespace

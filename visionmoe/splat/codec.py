@@ -15,7 +15,6 @@ import os
 import tempfile
 import time
 from collections.abc import Callable
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -440,8 +439,7 @@ def _compress(scene, ratio, size, psnr, cameras, device, contributions, num_view
         from .contribution import image_contributions
 
         prog("contributions", 0, 1)
-        with _one_cpu_thread():
-            contributions = image_contributions(scene, cameras, device=device)
+        contributions = image_contributions(scene, cameras, device=device)
         prog("contributions", 1, 1)
     contributions = contributions.detach().float().cpu()
     if contributions.shape != (n_in,):
@@ -678,8 +676,7 @@ def _refine_and_encode(pyr, dense, meta, info, cameras, steps, target, prog):
     names = ("means", "quats", "log_scales", "opacity_logits", "sh_dc", "sh_rest")
     prim = GaussianScene(**{n: torch.cat([getattr(pyr.levels[lv], n)[terms[lv]] for lv in range(pyr.num_levels)])
                             for n in names})
-    with _one_cpu_thread():
-        refined = refine(prim, dense, cameras, steps=steps, progress=lambda i, n: prog("refine", i, n))
+    refined = refine(prim, dense, cameras, steps=steps, progress=lambda i, n: prog("refine", i, n))
     start = 0
     for lv, idx in enumerate(terms):
         for n in names:
@@ -688,18 +685,6 @@ def _refine_and_encode(pyr, dense, meta, info, cameras, steps, target, prog):
     _quantize_full(pyr, qz, meta)
     k, data, terminal, coded_n, stats = _tune_cut(pyr, qz, k, meta, target)
     return data, (qz, k, terminal, coded_n, stats)
-
-
-@contextmanager
-def _one_cpu_thread():
-    """Run the CPU rasteriser on one thread: with more, its per-Gaussian sums (contributions,
-    gradients) are atomic adds whose order varies from run to run, and the bytes would too."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(n)
 
 
 def _num_pixels(cameras) -> int:
