@@ -103,7 +103,7 @@ def refine(scene: GaussianScene, dense: GaussianScene, cameras, *, steps: int = 
     num_batches = -(-len(cameras) // views_per_step)
     batches = [list(range(b, len(cameras), num_batches)) for b in range(num_batches)]
     with torch.no_grad():
-        targets = [render(dense, cameras[idx] if num_batches > 1 else cameras).colors for idx in batches]
+        targets = [render(dense, cameras[idx]).colors for idx in batches]
     params = {k: getattr(scene, k).detach().clone().requires_grad_(True) for k in _RATES}
     extent = scene_extent(dense)
     opt = torch.optim.Adam([{"params": [params[k]], "lr": r * lr_scale * (extent if k == "means" else 1.0)}
@@ -111,7 +111,7 @@ def refine(scene: GaussianScene, dense: GaussianScene, cameras, *, steps: int = 
     for step in range(steps):
         opt.zero_grad()
         b = step % num_batches
-        out = render(GaussianScene(**params), cameras[batches[b]] if num_batches > 1 else cameras).colors
+        out = render(GaussianScene(**params), cameras[batches[b]]).colors
         loss = (out - targets[b]).abs().mean()
         loss.backward()
         opt.step()
