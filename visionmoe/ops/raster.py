@@ -222,7 +222,10 @@ def rasterize(
         background,
     )
     # nan_to_num keeps NaN/Inf logits (culled in the kernel) from turning zero gradients into NaN.
-    opacities = torch.sigmoid(torch.nan_to_num(a.opacity_logits, nan=0.0, posinf=0.0, neginf=0.0))
+    logits = torch.nan_to_num(a.opacity_logits, nan=0.0, posinf=0.0, neginf=0.0)
+    # torch's vectorised float32 sigmoid and its scalar tail differ by an ulp, and where the tail
+    # falls moves with the thread count; in float64, rounded once, the result does not depend on it
+    opacities = torch.sigmoid(logits.double()).to(logits.dtype) if logits.dtype == torch.float32 else torch.sigmoid(logits)
     means2d, conics, depths, radii = _Project.apply(
         a.means, a.quats, a.log_scales, a.opacity_logits.detach(), a.features.detach(), a.viewmats, a.Ks,
         a.width, a.height, a.near, a.far,
