@@ -138,7 +138,7 @@ def test_thread_count_changes_no_bit(dtype):
             runs.append((out.colors.detach(), out.contributions, out.pixel_counts, grads))
     finally:
         torch.set_num_threads(before)
-    assert int(runs[0][2].gt(0).sum()) > 4000  # most Gaussians land in the views: ~50k tile entries
+    assert int(runs[0][2].gt(0).sum()) > 4000  # 4114 (camera, Gaussian) pairs reach pixels; 121k tile entries
     for run in runs[1:]:
         assert torch.equal(run[0], runs[0][0]) and torch.equal(run[2], runs[0][2])
         assert torch.equal(run[1], runs[0][1])
