@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from visionmoe.video.synthetic import write_dataset
-from visionmoe.video.train import TrainConfig, batch_indices, train
+from visionmoe.video.train import TrainConfig, batch_indices, motion_loss, train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SMALL = dict(num_frames=9, height=48, width=48, max_sequence_length=32, batch_size=2, log_every=1,
@@ -83,6 +83,20 @@ def test_batches_cover_the_data_and_shard_across_processes():
     assert [i for b in two for i in b] == one  # 2 processes x 2 = the same global batches
 
 
+def test_motion_loss_sees_only_errors_that_change_over_time():
+    g = torch.Generator().manual_seed(0)
+    target = torch.randn(2, 4, 5, 6, 6, generator=g)
+    static = torch.randn(2, 4, 1, 6, 6, generator=g).expand(-1, -1, 5, -1, -1)
+    assert motion_loss(target + static, target) < 1e-10  # a wrong appearance, constant in time (rounding only)
+    ramp = torch.arange(5.0).view(1, 1, 5, 1, 1).expand(2, 4, 5, 6, 6)
+    assert torch.isclose(motion_loss(target + ramp, target), torch.tensor(1.0))  # 1st diff 1, 2nd diff 0
+    err = torch.randn(2, 4, 5, 6, 6, generator=g)
+    manual = (err[:, :, 1:] - err[:, :, :-1]).pow(2).mean() + \
+        (err[:, :, 2:] - 2 * err[:, :, 1:-1] + err[:, :, :-2]).pow(2).mean()
+    assert torch.isclose(motion_loss(target + err, target), manual)
+    assert motion_loss(err[:, :, :1], torch.zeros_like(err[:, :, :1])) == 0  # one frame: no motion
+
+
 def test_all_stages_two_steps_backbone_frozen(tmp_path, cache, pipe):
     cache_dir, _ = cache
     frozen = {n: _digest(getattr(pipe, n)) for n in ("transformer", "vae", "text_encoder")}
@@ -90,12 +104,12 @@ def test_all_stages_two_steps_backbone_frozen(tmp_path, cache, pipe):
     for stage in (1, 2, 3):
         out = str(tmp_path / f"s{stage}")
         cfg = TrainConfig(stage=stage, output_dir=out, cache_dir=cache_dir, init_adapter=prev, max_steps=2,
-                          checkpoint_every=2, **SMALL)
+                          checkpoint_every=2, w_motion=0.5 if stage == 3 else 0.0, **SMALL)
         res = train(cfg, pipe=pipe)
         assert res.steps == 2 and len(res.history) == 2
         assert all(torch.isfinite(torch.tensor(v)) for h in res.history for v in h.values())
         keys = {1: {"anchor", "kinematic"}, 2: {"category", "classifier", "balance", "z", "residual"},
-                3: {"flow", "flow_base", "residual", "balance"}}[stage]
+                3: {"flow", "flow_base", "motion", "residual", "balance"}}[stage]
         assert keys <= set(res.history[-1])
         after = _adapter_state(res.adapter_dir)
         if prev is not None:

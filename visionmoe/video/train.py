@@ -20,6 +20,9 @@ previous one (``init_adapter``) or from scratch:
 3. **Joint** (trains the whole adapter). The flow-matching loss through the frozen
    backbone: ``|| v + scale * dv - (eps - x0) ||^2``, with the backbone's velocity ``v``
    and the adapter's correction ``dv``, plus the residual regularisers and router losses.
+   ``w_motion`` adds the same error's first and second differences along time (a velocity
+   error that changes from one latent frame to the next is a wrong motion, one that is
+   constant over time a wrong appearance): it weights the flow loss towards motion.
 
 The backbone (transformer(s), VAE, text encoder) is frozen: ``requires_grad_(False)``,
 ``eval()``, never passed to the optimiser, run under ``torch.no_grad()``. Data comes from
@@ -102,6 +105,7 @@ class TrainConfig:
     w_z: float = 0.001
     w_residual: float = 0.1
     w_flow: float = 1.0
+    w_motion: float = 0.0  # stage 3: temporal 1st/2nd differences of the flow error (see module doc)
     # bookkeeping
     checkpoint_every: int = 500
     checkpoints_total_limit: Optional[int] = 3
@@ -309,6 +313,21 @@ def anchor_loss(proxies: Dict[str, torch.Tensor], target: Dict[str, torch.Tensor
     return sum(F.mse_loss(proxies[k].float(), target[k].float()) for k in ("velocity", "acceleration", "density"))
 
 
+def motion_loss(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Mean squared first and second time differences of ``pred - target`` (B, C, T, H, W).
+
+    Zero for an error that is constant over time; with fewer than 3 latent frames only the
+    first difference (or nothing) is defined.
+    """
+    err = (pred - target).float()
+    loss = err.new_zeros(())
+    for order in (1, 2):
+        if err.shape[2] <= order:
+            break
+        loss = loss + torch.diff(err, n=order, dim=2).pow(2).mean()
+    return loss
+
+
 def category_loss(mass: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Cross-entropy between the labels (normalised multi-hot) and the routing mass per category."""
     q = labels / labels.sum(-1, keepdim=True).clamp_min(1e-6)
@@ -358,6 +377,9 @@ def stage_losses(adapter_fn, adapter, pipe, batch: Dict, cfg: TrainConfig, gen: 
         else:
             pred = v + cfg.pila_scale * out.dv.float()
             L["flow"] = F.mse_loss(pred, eps - x0)
+            if cfg.w_motion > 0:
+                L["motion"] = motion_loss(pred, eps - x0)
+                total = total + cfg.w_motion * L["motion"]
             with torch.no_grad():
                 L["flow_base"] = F.mse_loss(v, eps - x0)  # the frozen model alone (reference)
             total = total + cfg.w_flow * L["flow"]
