@@ -22,6 +22,7 @@ Every check a decoder makes raises :class:`FormatError`, the one error type that
 
 from __future__ import annotations
 
+import hashlib
 import lzma
 import struct
 import zlib
@@ -578,13 +579,17 @@ def _child_means(parent_means: np.ndarray, parent_quats: np.ndarray, off: np.nda
 
 def quantize_level(nodes, parent_means, parent_dcq, fine: bool, quant: Quantizer, shape_codebook,
                    sh_keep=None, sh_codebook=None, palettes: Palettes | None = None,
-                   parent_quats: np.ndarray | None = None, parent_ls: np.ndarray | None = None):
+                   parent_quats: np.ndarray | None = None, parent_ls: np.ndarray | None = None,
+                   memo: dict | None = None):
     """Quantise one level's nodes (closed loop on the decoded parents): -> (symbol dict, decoded arrays).
 
     ``palettes`` (fine tier only): channels coded as indices into value tables (lossless).
     ``parent_quats`` / ``parent_ls``: the decoded parents' rotations and log-scales (identity
     and zeros, the level-0 default): fine-tier shapes and every position offset are coded in
-    the parent's frame (:mod:`._frames`)."""
+    the parent's frame (:mod:`._frames`).
+    ``memo``: a dict kept by the caller for these same ``nodes``; the preset-independent steps
+    (nearest-prototype search, relabelling to the parents' axes) are reused from it when their
+    inputs are equal (the rungs an allocator tries share codebooks and decoded parents)."""
     import torch
 
     from .prototypes import assign, shape_features, shape_from_features
@@ -597,8 +602,10 @@ def quantize_level(nodes, parent_means, parent_dcq, fine: bool, quant: Quantizer
     if fine:
         ls_palette = palettes is not None and any(f"ls{a}" in palettes.values for a in range(3))
         # scale tables are per axis: keep the axis order when one is used
-        rel_q, ls_in = _frames.relabel_to_parent(parent_quats, nodes.quats.numpy(), nodes.log_scales.numpy(),
-                                                 allow_permute=not ls_palette)
+        rel_q, ls_in = _memoised(
+            memo, ("relabel", _digest(parent_quats), not ls_palette),
+            lambda: _frames.relabel_to_parent(parent_quats, nodes.quats.numpy(), nodes.log_scales.numpy(),
+                                              allow_permute=not ls_palette))
         lsq = np.round((ls_in - parent_ls) / quant.ls_step).astype(np.int64)
         log_scales = _relative_log_scales(parent_ls, lsq, quant.ls_step)
         for a in range(3):
@@ -610,8 +617,9 @@ def quantize_level(nodes, parent_means, parent_dcq, fine: bool, quant: Quantizer
         sym["ls"], sym["rot_i"], sym["rot_q"] = lsq, big, u
         quats = _frames.compose(parent_quats, _dq_rot(big, u, quant.rot_bits)).astype(np.float32)
     else:
-        feats = shape_features(nodes.log_scales, nodes.quats)
-        idx = assign(feats, torch.from_numpy(shape_codebook)).numpy()
+        idx = _memoised(memo, ("shape", _digest(shape_codebook)),
+                        lambda: assign(shape_features(nodes.log_scales, nodes.quats),
+                                       torch.from_numpy(shape_codebook)).numpy())
         sym["shape"] = idx
         ls_t, q_t = shape_from_features(torch.from_numpy(shape_codebook).float())  # decode the table once
         log_scales, quats = ls_t.numpy()[idx], q_t.numpy()[idx]
@@ -655,8 +663,9 @@ def quantize_level(nodes, parent_means, parent_dcq, fine: bool, quant: Quantizer
         sym["sh_flag"] = sh_keep.astype(np.int64)
         sym["sh_idx"] = np.zeros(n, np.int64)
         if sh_keep.any():
-            rows = nodes.sh_rest[torch.from_numpy(sh_keep), :k_cb].reshape(int(sh_keep.sum()), -1)
-            sidx = assign(rows, torch.from_numpy(sh_codebook.reshape(len(sh_codebook), -1))).numpy()
+            rows = lambda: nodes.sh_rest[torch.from_numpy(sh_keep), :k_cb].reshape(int(sh_keep.sum()), -1)  # noqa: E731
+            sidx = _memoised(memo, ("sh", _digest(sh_codebook), _digest(sh_keep)),
+                             lambda: assign(rows(), torch.from_numpy(sh_codebook.reshape(len(sh_codebook), -1))).numpy())
             sym["sh_idx"][sh_keep] = sidx
             rest[sh_keep, :k_cb] = sh_codebook[sidx]
     if op_logit is not None:
@@ -667,6 +676,19 @@ def quantize_level(nodes, parent_means, parent_dcq, fine: bool, quant: Quantizer
     if op_logit is not None:
         decoded["op_logit"] = op_logit
     return sym, decoded
+
+
+def _digest(a: np.ndarray) -> tuple:
+    a = np.ascontiguousarray(a)
+    return a.dtype.str, a.shape, hashlib.blake2b(a.tobytes(), digest_size=16).digest()
+
+
+def _memoised(memo: dict | None, key, compute):
+    if memo is None:
+        return compute()
+    if key not in memo:
+        memo[key] = compute()
+    return memo[key]
 
 
 def decorrelate_dc(r: np.ndarray) -> np.ndarray:

@@ -213,7 +213,8 @@ def _quantizer(preset: Preset, meta: dict) -> bs.Quantizer:
     return bs.Quantizer(preset.pos_rel, preset.dc_step, preset.ls_step, meta["min_step"], preset.op_bits, preset.rot_bits)
 
 
-def _estimate(pyr: Pyramid, preset: Preset, meta: dict, samples: list, seed: int, cache: dict) -> _Quantized:
+def _estimate(pyr: Pyramid, preset: Preset, meta: dict, samples: list, seed: int, cache: dict,
+              memo: dict | None = None) -> _Quantized:
     """RD estimate of a preset from a sample of nodes per level (open loop on exact parents):
     per-node cost = merge distortion + weight x mean quantisation error per unit weight of its
     level (and SH tier); per-node bytes = mean entropy of its level (and SH tier)."""
@@ -238,7 +239,8 @@ def _estimate(pyr: Pyramid, preset: Preset, meta: dict, samples: list, seed: int
             pq, pls = bs.identity_frames(len(idx))
         kk = keep[idx] if (fine and keep is not None) else None
         sym, dec = bs.quantize_level(nodes, pm, pdc, fine, quant, shape_cb, kk, sh_cb if fine else None,
-                                     pal if fine else None, pq, pls)
+                                     pal if fine else None, pq, pls,
+                                     memo=None if memo is None else memo.setdefault(("sample", lv), {}))
         err = pair_error(nodes, bs._scene_from(dec)).numpy().astype(np.float64)
         w = pyr.weight[lv][torch.from_numpy(idx)].numpy().astype(np.float64)
         bits = _node_bits(sym, len(idx), kk) / 8 + (0.0 if fine else 0.25)
@@ -263,8 +265,9 @@ def _estimate(pyr: Pyramid, preset: Preset, meta: dict, samples: list, seed: int
     return qz
 
 
-def _quantize_full(pyr: Pyramid, qz: _Quantized, meta: dict) -> None:
-    """Quantise every pyramid node with the chosen preset (closed loop on decoded parents)."""
+def _quantize_full(pyr: Pyramid, qz: _Quantized, meta: dict, memo: dict | None = None) -> None:
+    """Quantise every pyramid node with the chosen preset (closed loop on decoded parents).
+    ``memo``: kept across the presets tried on this pyramid (see ``bs.quantize_level``)."""
     L = pyr.num_levels
     parent_means = np.tile(meta["origin"].astype(np.float64), (pyr.levels[0].num_gaussians, 1))
     parent_dcq = np.zeros((pyr.levels[0].num_gaussians, 3), np.int64)
@@ -274,7 +277,8 @@ def _quantize_full(pyr: Pyramid, qz: _Quantized, meta: dict) -> None:
         fine = lv == L - 1
         sym, dec = bs.quantize_level(pyr.levels[lv], parent_means, parent_dcq, fine, qz.quant, qz.shape_cb,
                                      qz.keep if fine else None, qz.sh_cb if fine else None,
-                                     qz.palettes if fine else None, parent_quats, parent_ls)
+                                     qz.palettes if fine else None, parent_quats, parent_ls,
+                                     memo=None if memo is None else memo.setdefault(("full", lv), {}))
         qz.symbols.append(sym)
         if not fine:
             par = pyr.parent[lv + 1].numpy()
@@ -699,12 +703,12 @@ def _num_pixels(cameras) -> int:
 
 def _allocate_and_encode(pyr, meta, target_bytes, preset_pin, seed, prog, timings, verify=None, start=None):
     t = time.perf_counter()
-    cache, books = {}, {}
+    cache, books, memo = {}, {}, {}
     samples = _samples(pyr, 16384, seed)
 
     def evaluate(pi):
         if pi not in cache:
-            qz = _estimate(pyr, make_preset(*pi), meta, samples, seed, books)
+            qz = _estimate(pyr, make_preset(*pi), meta, samples, seed, books, memo)
             qz.plan = plan_cut(pyr.child_count, pyr.parent, qz.cost, qz.node_bytes)
             k = qz.plan.best_within(target_bytes - qz.fixed_bytes)
             fits = qz.plan.rate[k] + qz.fixed_bytes <= target_bytes
@@ -801,7 +805,7 @@ def _allocate_and_encode(pyr, meta, target_bytes, preset_pin, seed, prog, timing
     for pi in shortlist:
         _, k, qz = cache[pi]
         t = time.perf_counter()
-        _quantize_full(pyr, qz, meta)
+        _quantize_full(pyr, qz, meta, memo)
         timings["quantize"] = timings.get("quantize", 0) + time.perf_counter() - t
         t = time.perf_counter()
         prog("encode", 0, 1)
