@@ -716,8 +716,8 @@ def _allocate_and_encode(pyr, meta, target_bytes, preset_pin, seed, prog, timing
             # unfit rungs rank after every fitting rung, the smallest estimate first
             key = (0, d) if fits else (1, float(qz.plan.rate[k] + qz.fixed_bytes))
             cache[pi] = (key, k, qz)
-            logger.debug("preset %s: k=%d rate~%.0f distortion %.4g fits=%s", pi, k,
-                         qz.plan.rate[k] + qz.fixed_bytes, d, fits)
+            logger.debug("preset %s: k=%d of %d splits, rate~%.0f distortion %.4g fits=%s", pi, k,
+                         len(qz.plan.order_level), qz.plan.rate[k] + qz.fixed_bytes, d, fits)
             prog("allocate", len(cache), len(cache) + 1)
         return cache[pi][0]
 
@@ -759,19 +759,24 @@ def _allocate_and_encode(pyr, meta, target_bytes, preset_pin, seed, prog, timing
         # The proxy under-rates geometry precision on some scenes: besides its best rung, verify
         # finer geometry rungs (+2, +4, +6: the ladder is dense at its coarse end) with the same
         # appearance rung.
+        def all_leaves(pi):
+            evaluate(pi)
+            _, k, qz = cache[pi]
+            return cache[pi][0][0] == 0 and k >= len(qz.plan.order_level)
+
         g0, a0 = ranked[0]
         cands = [(g0 + dg, a0) for dg in (2, 4, 6) if g0 + dg < len(GEOMETRY_LADDER)]
+        if all_leaves(ranked[0]):
+            # a finer rung would have to merge to fit, and the proxy already ranks it lower
+            # while under-charging merges: every such candidate rendered 1.5-100x worse
+            # (tarot, plant, statue at 10x; playbot at 20x)
+            cands = [pi for pi in cands if all_leaves(pi)]
         for pi in cands:
             evaluate(pi)
         # Merged primitives cost far more render error than the proxy charges (and carry no
         # view-dependent SH), while coarser quantisation degrades gracefully: also verify, per
         # appearance rung (the proxy's and the per-primitive SH ones), the finest geometry rung
         # whose every leaf fits the budget, the best two by the proxy.
-        def all_leaves(pi):
-            evaluate(pi)
-            _, k, qz = cache[pi]
-            return cache[pi][0][0] == 0 and k >= len(qz.plan.order_level)
-
         full = []
         apps = [a0] + [a for a in range(n_app - 4, n_app) if n_app > 5 and a != a0 and APPEARANCE_LADDER[a][2] == 0]
         for a in apps:
