@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """Measure PILA on the shipped toy world model: base vs base+PILA vs scale-0 control.
 
-    python scripts/eval_toy_world.py [--num 32] [--steps 20] [--scale 1.0] [--out out/toy_world_eval]
+    python scripts/eval_toy_world.py [--num 32] [--steps 20] [--scale 1.0] [--window 0 1]
+        [--out out/toy_world_eval]
 
 Each arm generates the same ``--num`` clips (prompts cycle through the 6 colours x {fall,
 bounce} captions of the training world; noise seeds ``--seed-base + i`` were never used in
@@ -138,6 +139,8 @@ def main(argv=None):
     p.add_argument("--guidance", type=float, default=TOY_WORLD_DEFAULTS["guidance_scale"])
     p.add_argument("--scale", type=float, default=1.0, help="PILA scale of the PILA arm")
     p.add_argument("--residual-guidance", type=float, default=0.0)
+    p.add_argument("--window", type=float, nargs=2, default=(0.0, 1.0), metavar=("START", "END"),
+                   help="denoising progress window in which PILA acts (attach_pila start/end)")
     p.add_argument("--seed-base", type=int, default=900_000, help="noise seeds (held out from training)")
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--threads", type=int, default=1)
@@ -158,7 +161,8 @@ def main(argv=None):
         adapter = load_adapter(adapter_dir).eval()
         attach_pila(pipe, adapter, scale=0.0)
         arms["control (scale 0)"] = generate(pipe, items, a)
-        attach_pila(pipe, adapter, scale=a.scale, residual_guidance=a.residual_guidance)
+        attach_pila(pipe, adapter, scale=a.scale, residual_guidance=a.residual_guidance,
+                    start=a.window[0], end=a.window[1])
         arms[f"PILA (scale {a.scale:g})"] = generate(pipe, items, a)
         detach_pila(pipe)
         same = all(np.array_equal(x, y) for x, y in zip(arms["base"], arms["control (scale 0)"]))
@@ -174,7 +178,7 @@ def main(argv=None):
 
     # table
     results = {"num_clips_per_arm": a.num, "steps": a.steps, "guidance": a.guidance, "scale": a.scale,
-               "control_bit_identical": same, "arms": {}, "changes_vs_base": {}}
+               "window": list(a.window), "control_bit_identical": same, "arms": {}, "changes_vs_base": {}}
     lines = ["| arm | " + " | ".join(lbl for _, lbl, _ in HEADLINE) + " |",
              "|---|" + "---|" * len(HEADLINE)]
     for name, rows in scores.items():

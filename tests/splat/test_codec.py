@@ -270,3 +270,30 @@ def test_refine_renders_bounded_interleaved_batches(asset, monkeypatch):
         assert torch.equal(got, want)
     with pytest.raises(ValueError, match="views_per_step"):
         refine(prim, scene, cams, steps=1, views_per_step=0)
+
+
+def test_memoised_quantisation_matches_fresh_across_rungs():
+    """The allocator's memo (nearest-prototype searches, parent-frame relabelling) never hands a
+    rung another rung's results: each rung quantised through one shared memo, in an order that
+    revisits a rung, gives the symbols of a fresh quantisation."""
+    from visionmoe.splat.codec import _estimate, _prepare, _quantize_full, _samples
+
+    scene = random_scene(3000, degree=2, seed=3)
+    kept, w = prune(scene, torch.rand(scene.num_gaussians, generator=torch.Generator().manual_seed(0)) + 0.1, 0.0)
+    pyr, meta = _prepare(kept, w, scene.sh_degree, scene.num_gaussians, 10**6)
+    samples = _samples(pyr, 512, 0)
+    books, memo = {}, {}
+    rungs = [(2, 3), (9, 3), (2, 11), (2, 3)]
+    shared = []
+    for pi in rungs:
+        qz = _estimate(pyr, make_preset(*pi), meta, samples, 0, books, memo)
+        _quantize_full(pyr, qz, meta, memo)
+        shared.append(qz.symbols)
+    assert any(k[0] == "full" for k in memo) and any(k[0] == "sample" for k in memo)
+    for pi, got in zip(rungs, shared):
+        qz = _estimate(pyr, make_preset(*pi), meta, samples, 0, books)
+        _quantize_full(pyr, qz, meta)
+        for a, b in zip(got, qz.symbols):
+            assert a.keys() == b.keys()
+            for name in a:
+                assert np.array_equal(a[name], b[name]), (pi, name)

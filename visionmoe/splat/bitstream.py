@@ -605,7 +605,7 @@ def quantize_level(nodes, parent_means, parent_dcq, fine: bool, quant: Quantizer
         rel_q, ls_in = _memoised(
             memo, ("relabel", _digest(parent_quats), not ls_palette),
             lambda: _frames.relabel_to_parent(parent_quats, nodes.quats.numpy(), nodes.log_scales.numpy(),
-                                              allow_permute=not ls_palette))
+                                              allow_permute=not ls_palette), last_only=True)
         lsq = np.round((ls_in - parent_ls) / quant.ls_step).astype(np.int64)
         log_scales = _relative_log_scales(parent_ls, lsq, quant.ls_step)
         for a in range(3):
@@ -683,10 +683,15 @@ def _digest(a: np.ndarray) -> tuple:
     return a.dtype.str, a.shape, hashlib.blake2b(a.tobytes(), digest_size=16).digest()
 
 
-def _memoised(memo: dict | None, key, compute):
+def _memoised(memo: dict | None, key, compute, last_only: bool = False):
+    """``compute()`` through ``memo``; ``last_only``: keep one entry of the key's kind (key[0]),
+    for results as large as the level (seven floats per node for the relabelling)."""
     if memo is None:
         return compute()
     if key not in memo:
+        if last_only:
+            for k in [k for k in memo if k[0] == key[0]]:
+                del memo[k]
         memo[key] = compute()
     return memo[key]
 
