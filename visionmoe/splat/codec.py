@@ -766,11 +766,6 @@ def _allocate_and_encode(pyr, meta, target_bytes, preset_pin, seed, prog, timing
 
         g0, a0 = ranked[0]
         cands = [(g0 + dg, a0) for dg in (2, 4, 6) if g0 + dg < len(GEOMETRY_LADDER)]
-        if all_leaves(ranked[0]):
-            # a finer rung would have to merge to fit, and the proxy already ranks it lower
-            # while under-charging merges: every such candidate rendered 1.5-100x worse
-            # (tarot, plant, statue at 10x; playbot at 20x)
-            cands = [pi for pi in cands if all_leaves(pi)]
         for pi in cands:
             evaluate(pi)
         # Merged primitives cost far more render error than the proxy charges (and carry no
