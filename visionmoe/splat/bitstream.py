@@ -663,9 +663,9 @@ def quantize_level(nodes, parent_means, parent_dcq, fine: bool, quant: Quantizer
         sym["sh_flag"] = sh_keep.astype(np.int64)
         sym["sh_idx"] = np.zeros(n, np.int64)
         if sh_keep.any():
-            rows = lambda: nodes.sh_rest[torch.from_numpy(sh_keep), :k_cb].reshape(int(sh_keep.sum()), -1)  # noqa: E731
-            sidx = _memoised(memo, ("sh", _digest(sh_codebook), _digest(sh_keep)),
-                             lambda: assign(rows(), torch.from_numpy(sh_codebook.reshape(len(sh_codebook), -1))).numpy())
+            sidx = _memoised(memo, ("sh", _digest(sh_codebook), _digest(sh_keep)), lambda: assign(
+                nodes.sh_rest[torch.from_numpy(sh_keep), :k_cb].reshape(int(sh_keep.sum()), -1),
+                torch.from_numpy(sh_codebook.reshape(len(sh_codebook), -1))).numpy())
             sym["sh_idx"][sh_keep] = sidx
             rest[sh_keep, :k_cb] = sh_codebook[sidx]
     if op_logit is not None:
