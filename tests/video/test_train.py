@@ -174,6 +174,59 @@ def test_backbone_velocity_switches_transformers_at_the_boundary():
     torch.testing.assert_close(v, torch.cat([hi, lo]))
 
 
+class _ConstantVelocity(torch.nn.Module):
+    """A stand-in backbone whose velocity is a fixed tensor, whatever the input."""
+
+    def __init__(self, v):
+        super().__init__()
+        self.v = v
+        self.w = torch.nn.Parameter(torch.zeros(()))  # backbone_velocity reads the dtype from a parameter
+
+    def forward(self, hidden_states, timestep, encoder_hidden_states, return_dict=False):
+        return (self.v[: len(hidden_states)].to(hidden_states.dtype),)
+
+
+def test_rollout_stays_on_the_noising_path_for_an_exact_model_and_drifts_by_its_bias():
+    from types import SimpleNamespace
+
+    from visionmoe.video.train import rollout
+
+    g = torch.Generator().manual_seed(0)
+    x0, eps = torch.randn(3, 4, 3, 4, 4, generator=g), torch.randn(3, 4, 3, 4, 4, generator=g)
+    sigma = torch.tensor([0.2, 0.6, 0.97])
+    text, uncond = torch.randn(3, 5, 8, generator=g), torch.randn(1, 5, 8, generator=g)
+    mask = torch.ones(3, 4, dtype=torch.bool)
+    adapter = SimpleNamespace(text_classifier=None)
+    no_dv = lambda x, v, s, **kw: SimpleNamespace(dv=torch.zeros_like(x))  # noqa: E731
+    cfg = TrainConfig(stage=3, cache_dir="unused", rollout_steps=3, rollout_du=0.05, rollout_shift=3.0,
+                      rollout_guidance=3.0)
+    s = sigma.view(-1, 1, 1, 1, 1)
+    exact = SimpleNamespace(transformer=_ConstantVelocity(eps - x0))
+    torch.testing.assert_close(rollout(no_dv, adapter, exact, x0, eps, sigma, text, uncond, mask, cfg),
+                               (1 - s) * x0 + s * eps)
+    # a biased model drifts by bias * (sigma - sigma_start); sigma_start is 3 steps higher before the shift
+    bias = torch.randn(3, 4, 3, 4, 4, generator=g)
+    biased = SimpleNamespace(transformer=_ConstantVelocity(eps - x0 + bias))
+    u = sigma / (3 - 2 * sigma)
+    u_hi = (u + 0.15).clamp(max=1)
+    s_hi = (3 * u_hi / (1 + 2 * u_hi)).view(-1, 1, 1, 1, 1)
+    torch.testing.assert_close(rollout(no_dv, adapter, biased, x0, eps, sigma, text, uncond, mask, cfg),
+                               (1 - s) * x0 + s * eps + (s - s_hi) * bias)
+    assert float(s_hi[2]) == 1.0  # clamped at pure noise
+
+
+def test_stage3_with_rollouts_trains_on_the_samplers_states(tmp_path, cache, pipe):
+    cache_dir, _ = cache
+    kw = dict(stage=3, cache_dir=cache_dir, max_steps=2, checkpoint_every=2, **SMALL)
+    plain = train(TrainConfig(output_dir=str(tmp_path / "a"), **kw), pipe=pipe)
+    rolled = train(TrainConfig(output_dir=str(tmp_path / "b"), rollout_steps=2, rollout_prob=1.0, **kw), pipe=pipe)
+    assert all(torch.isfinite(torch.tensor(v)) for h in rolled.history for v in h.values())
+    # same batches, noise and sigmas: only the states (and targets) differ
+    assert rolled.history[0]["flow_base"] != plain.history[0]["flow_base"]
+    with pytest.raises(ValueError, match="rollout_prob"):
+        TrainConfig(output_dir=str(tmp_path / "c"), rollout_prob=2.0, **{**kw, "max_steps": 1})
+
+
 def _script_main():
     import importlib.util
 

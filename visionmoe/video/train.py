@@ -23,6 +23,13 @@ previous one (``init_adapter``) or from scratch:
    ``w_motion`` adds the same error's first and second differences along time (a velocity
    error that changes from one latent frame to the next is a wrong motion, one that is
    constant over time a wrong appearance): it weights the flow loss towards motion.
+   ``rollout_steps = k > 0`` trains on the sampler's own states (exposure bias): for a
+   fraction ``rollout_prob`` of the samples, ``x0`` is noised at a level ``k`` inference steps
+   above ``sigma`` (steps uniform before the inference shift ``rollout_shift``, ``du`` apart)
+   and brought down to ``sigma`` by ``k`` Euler steps of the frozen backbone with guidance
+   ``rollout_guidance`` plus the current adapter (no gradient), as the pipeline would. The
+   target there is the straight path from the reached state to ``x0``: ``(x_t - x0) / sigma``
+   (``eps - x0`` on the noising path itself).
 
 The backbone (transformer(s), VAE, text encoder) is frozen: ``requires_grad_(False)``,
 ``eval()``, never passed to the optimiser, run under ``torch.no_grad()``. Data comes from
@@ -106,6 +113,12 @@ class TrainConfig:
     w_residual: float = 0.1
     w_flow: float = 1.0
     w_motion: float = 0.0  # stage 3: temporal 1st/2nd differences of the flow error (see module doc)
+    # stage 3: train on states reached by the sampler (see module doc); 0 steps = off
+    rollout_steps: int = 0
+    rollout_prob: float = 0.5
+    rollout_du: float = 0.05  # one inference step before the shift (1 / num_inference_steps)
+    rollout_shift: float = 3.0  # the inference scheduler's flow_shift
+    rollout_guidance: float = 3.0  # the inference guidance scale (1 = conditional only)
     # bookkeeping
     checkpoint_every: int = 500
     checkpoints_total_limit: Optional[int] = 3
@@ -138,6 +151,12 @@ class TrainConfig:
             errs.append(f"sigma_shift must be > 0, got {self.sigma_shift}")
         if not 0.0 <= self.label_mask_prob <= 1.0:
             errs.append(f"label_mask_prob must lie in [0, 1], got {self.label_mask_prob}")
+        if not isinstance(self.rollout_steps, int) or self.rollout_steps < 0:
+            errs.append(f"rollout_steps must be an integer >= 0, got {self.rollout_steps!r}")
+        if not 0.0 <= self.rollout_prob <= 1.0:
+            errs.append(f"rollout_prob must lie in [0, 1], got {self.rollout_prob}")
+        if not (self.rollout_du > 0 and self.rollout_shift > 0 and self.rollout_guidance >= 0):
+            errs.append("rollout_du and rollout_shift must be > 0 and rollout_guidance >= 0")
         for f_ in dataclasses.fields(self):
             if f_.name.startswith("w_") and getattr(self, f_.name) < 0:
                 errs.append(f"{f_.name} must be >= 0, got {getattr(self, f_.name)}")
@@ -335,9 +354,37 @@ def category_loss(mass: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return -(q * torch.log(m.clamp_min(1e-6))).sum(-1).mean()
 
 
+def _shift(u: torch.Tensor, s: float) -> torch.Tensor:
+    return s * u / (1 + (s - 1) * u)
+
+
+def rollout(adapter_fn, adapter, pipe, x0, eps, sigma, text, uncond, mask, cfg: TrainConfig) -> torch.Tensor:
+    """The state at ``sigma`` that ``cfg.rollout_steps`` guided Euler steps of backbone + adapter
+    reach from ``x0`` noised ``rollout_steps`` inference steps higher (see the module doc)."""
+    k, s, g = cfg.rollout_steps, cfg.rollout_shift, cfg.rollout_guidance
+    u = sigma / (s - (s - 1) * sigma)  # the shift's inverse
+    u_hi = (u + k * cfg.rollout_du).clamp(max=1.0)
+    sig = [_shift(u_hi + (u - u_hi) * j / k, s) for j in range(k)] + [sigma]
+    view = lambda t: t.view(-1, 1, 1, 1, 1)  # noqa: E731
+    x = (1 - view(sig[0])) * x0 + view(sig[0]) * eps
+    with torch.no_grad():
+        for j in range(k):
+            v_c = backbone_velocity(pipe, x, sig[j], text).float()
+            v = v_c
+            if g != 1.0:
+                v_u = backbone_velocity(pipe, x, sig[j], uncond.expand(len(x), -1, -1)).float()
+                v = v_u + g * (v_c - v_u)
+            dv = adapter_fn(x, v_c, sig[j], encoder_hidden_states=text if adapter.text_classifier is not None else None,
+                            category_mask=mask, compute_residuals=False).dv.float()
+            x = x + view(sig[j + 1] - sig[j]) * (v + cfg.pila_scale * dv)
+    return x
+
+
 def stage_losses(adapter_fn, adapter, pipe, batch: Dict, cfg: TrainConfig, gen: torch.Generator,
-                 device: torch.device) -> Dict[str, torch.Tensor]:
-    """All loss terms of one micro-batch for ``cfg.stage``; ``total`` is the weighted sum."""
+                 device: torch.device, uncond: Optional[torch.Tensor] = None) -> Dict[str, torch.Tensor]:
+    """All loss terms of one micro-batch for ``cfg.stage``; ``total`` is the weighted sum.
+
+    ``uncond``: the empty prompt's embedding (1, L, D), for rollouts with guidance."""
     x0 = batch["latents"].to(device, torch.float32)
     text = batch["text"].to(device)
     labels = batch["labels"].to(device)
@@ -347,10 +394,21 @@ def stage_losses(adapter_fn, adapter, pipe, batch: Dict, cfg: TrainConfig, gen: 
     use_mask = (torch.rand(B, generator=gen) < cfg.label_mask_prob).to(device)
     s = sigma.view(B, 1, 1, 1, 1)
     x_t = (1 - s) * x0 + s * eps
-    v = backbone_velocity(pipe, x_t, sigma, text).float()
     target = _pool_anchor(adapter, x0)
     mask = torch.where(use_mask[:, None], labels > 0, torch.ones_like(labels, dtype=torch.bool))
     mask = mask | ~mask.any(-1, keepdim=True)  # never an empty prior
+    flow_target = eps - x0
+    if cfg.stage == 3 and cfg.rollout_steps > 0:
+        roll = (torch.rand(B, generator=gen) < cfg.rollout_prob).to(device)
+        if bool(roll.any()):
+            if cfg.rollout_guidance != 1.0 and uncond is None:
+                raise ValueError("rollouts with guidance need the empty prompt's embedding (uncond)")
+            x_r = rollout(adapter_fn, adapter, pipe, x0[roll], eps[roll], sigma[roll], text[roll], uncond, mask[roll], cfg)
+            x_t = x_t.clone()
+            x_t[roll] = x_r
+            flow_target = flow_target.clone()
+            flow_target[roll] = (x_r - x0[roll]) / s[roll]
+    v = backbone_velocity(pipe, x_t, sigma, text).float()
     out = adapter_fn(x_t, v, sigma, encoder_hidden_states=text if adapter.text_classifier is not None else None,
                      category_mask=mask, compute_residuals=cfg.stage > 1)
     L: Dict[str, torch.Tensor] = {}
@@ -376,12 +434,12 @@ def stage_losses(adapter_fn, adapter, pipe, batch: Dict, cfg: TrainConfig, gen: 
                 total = total + cfg.w_classifier * L["classifier"]
         else:
             pred = v + cfg.pila_scale * out.dv.float()
-            L["flow"] = F.mse_loss(pred, eps - x0)
+            L["flow"] = F.mse_loss(pred, flow_target)
             if cfg.w_motion > 0:
-                L["motion"] = motion_loss(pred, eps - x0)
+                L["motion"] = motion_loss(pred, flow_target)
                 total = total + cfg.w_motion * L["motion"]
             with torch.no_grad():
-                L["flow_base"] = F.mse_loss(v, eps - x0)  # the frozen model alone (reference)
+                L["flow_base"] = F.mse_loss(v, flow_target)  # the frozen model alone (reference)
             total = total + cfg.w_flow * L["flow"]
     L["total"] = total
     return L
@@ -473,6 +531,14 @@ def train(cfg: TrainConfig, *, progress: bool = False, log_callback: Optional[Ca
         for m in encoders:
             m.to(device)
     report = prepare_cache(cfg, pipe, accelerator, progress=progress and accelerator.is_main_process)
+    uncond = None
+    if cfg.stage == 3 and cfg.rollout_steps > 0 and cfg.rollout_guidance != 1.0:
+        if getattr(pipe, "text_encoder", None) is None:
+            raise ValueError("rollouts with guidance need the pipeline's text encoder (for the empty prompt)")
+        from .data import encode_captions
+
+        e = encode_captions(pipe, [""], cfg.max_sequence_length)[0]
+        uncond = torch.cat([e, e.new_zeros(cfg.max_sequence_length - e.shape[0], e.shape[1])])[None].to(device)
     if device.type != "cpu":
         for m in encoders:
             m.to("cpu")
@@ -537,7 +603,7 @@ def train(cfg: TrainConfig, *, progress: bool = False, log_callback: Optional[Ca
             batch = collate(items, cfg.max_sequence_length)
             gen = torch.Generator().manual_seed(_mix(cfg.seed, 7, micro, rank))
             with accelerator.accumulate(model):
-                L = stage_losses(model, raw, pipe, batch, cfg, gen, device)
+                L = stage_losses(model, raw, pipe, batch, cfg, gen, device, uncond)
                 # experts that no token chose this step still take part (zero gradient), so
                 # DistributedDataParallel sees every trainable parameter in every step
                 touch = sum(p_.sum() for p_ in params) * 0.0
