@@ -115,7 +115,7 @@ class TrainConfig:
     w_motion: float = 0.0  # stage 3: temporal 1st/2nd differences of the flow error (see module doc)
     # stage 3: train on states reached by the sampler (see module doc); 0 steps = off
     rollout_steps: int = 0
-    rollout_prob: float = 0.5
+    rollout_prob: float = 1.0
     rollout_du: float = 0.05  # one inference step before the shift (1 / num_inference_steps)
     rollout_shift: float = 3.0  # the inference scheduler's flow_shift
     rollout_guidance: float = 3.0  # the inference guidance scale (1 = conditional only)
