@@ -303,11 +303,15 @@ def batch_indices(micro_step: int, batch_size: int, n: int, seed: int, rank: int
     return out
 
 
+def _shift(u: torch.Tensor, s: float) -> torch.Tensor:
+    """Flow-matching timestep shift: more of [0, 1] near 1 (high noise) for s > 1."""
+    return s * u / (1 + (s - 1) * u)
+
+
 def sample_sigmas(u: torch.Tensor, cfg: TrainConfig) -> torch.Tensor:
     if cfg.sigma_sampling == "logit_normal":
         u = torch.sigmoid(torch.special.ndtri(u.clamp(1e-6, 1 - 1e-6)))
-    s = cfg.sigma_shift
-    return (s * u / (1 + (s - 1) * u)).clamp(1e-3, 1.0)
+    return _shift(u, cfg.sigma_shift).clamp(1e-3, 1.0)
 
 
 # ---------------------------------------------------------------------------------------
@@ -352,10 +356,6 @@ def category_loss(mass: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     q = labels / labels.sum(-1, keepdim=True).clamp_min(1e-6)
     m = mass / mass.sum(-1, keepdim=True).clamp_min(1e-6)
     return -(q * torch.log(m.clamp_min(1e-6))).sum(-1).mean()
-
-
-def _shift(u: torch.Tensor, s: float) -> torch.Tensor:
-    return s * u / (1 + (s - 1) * u)
 
 
 def rollout(adapter_fn, adapter, pipe, x0, eps, sigma, text, uncond, mask, cfg: TrainConfig) -> torch.Tensor:
