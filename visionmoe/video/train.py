@@ -404,9 +404,7 @@ def stage_losses(adapter_fn, adapter, pipe, batch: Dict, cfg: TrainConfig, gen: 
             if cfg.rollout_guidance != 1.0 and uncond is None:
                 raise ValueError("rollouts with guidance need the empty prompt's embedding (uncond)")
             x_r = rollout(adapter_fn, adapter, pipe, x0[roll], eps[roll], sigma[roll], text[roll], uncond, mask[roll], cfg)
-            x_t = x_t.clone()
-            x_t[roll] = x_r
-            flow_target = flow_target.clone()
+            x_t[roll] = x_r  # both are fresh tensors of this batch: written in place
             flow_target[roll] = (x_r - x0[roll]) / s[roll]
     v = backbone_velocity(pipe, x_t, sigma, text).float()
     out = adapter_fn(x_t, v, sigma, encoder_hidden_states=text if adapter.text_classifier is not None else None,
