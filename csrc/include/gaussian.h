@@ -208,16 +208,14 @@ VM_HD void project_core(const Camera<T>& cam, const T* mean, const T sigma[3][3]
   ctx.det = det < T(kDetMin) ? T(kDetMin) : det;
 }
 
-// Forward projection of one Gaussian into one camera (gsplat `_fully_fused_projection`).
+// Forward projection of one Gaussian into one camera from its world covariance ``sigma`` and
+// quaternion norm (computed once per Gaussian when it is projected into several cameras).
 template <typename T>
-VM_HD Projection<T> project(const Camera<T>& cam, const T* mean, const T* quat, const T* log_scale, T near_plane,
-                            T far_plane) {
+VM_HD Projection<T> project_from_covariance(const Camera<T>& cam, const T* mean, const T sigma[3][3], T qnorm,
+                                            T near_plane, T far_plane) {
   Projection<T> p;
   p.valid = false;
   p.radius[0] = p.radius[1] = 0;
-  T sigma[3][3], qn[4], qnorm, s[3];
-  Mat3<T> R;
-  covariance3d(quat, log_scale, sigma, &R, qn, &qnorm, s);
   ProjectionCtx<T> ctx;
   project_core(cam, mean, sigma, ctx);
   const T z = ctx.pc[2];
@@ -241,6 +239,16 @@ VM_HD Projection<T> project(const Camera<T>& cam, const T* mean, const T* quat, 
   p.radius[1] = ry > T(1 << 30) ? (1 << 30) : int(ry);
   p.valid = p.radius[0] > 0 && p.radius[1] > 0;
   return p;
+}
+
+// Forward projection of one Gaussian into one camera (gsplat `_fully_fused_projection`).
+template <typename T>
+VM_HD Projection<T> project(const Camera<T>& cam, const T* mean, const T* quat, const T* log_scale, T near_plane,
+                            T far_plane) {
+  T sigma[3][3], qn[4], qnorm, s[3];
+  Mat3<T> R;
+  covariance3d(quat, log_scale, sigma, &R, qn, &qnorm, s);
+  return project_from_covariance(cam, mean, sigma, qnorm, near_plane, far_plane);
 }
 
 // Backward of `project` for one valid (Gaussian, camera) pair: accumulates into v_mean [3],

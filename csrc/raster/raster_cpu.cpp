@@ -185,22 +185,39 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> project_fwd(
     T* dp = depths.data_ptr<T>();
     int* rp = radii.data_ptr<int>();
     at::parallel_for(0, N, kGrain, [&](int64_t begin, int64_t end) {
-      for (int64_t n = begin; n < end; ++n) {
-        bool ok = gs::finite(op[n]);
-        for (int i = 0; i < 3; ++i) ok = ok && gs::finite(mp[n * 3 + i]) && gs::finite(sp[n * 3 + i]);
-        for (int i = 0; i < 4; ++i) ok = ok && gs::finite(qp[n * 4 + i]);
-        for (int64_t f = 0; f < F && ok; ++f) ok = gs::finite(fp[n * F + f]);
-        if (!ok) continue;  // excluded: zeros, radius 0
-        for (int64_t c = 0; c < C; ++c) {
-          const auto p = gs::project(cams[c], mp + n * 3, qp + n * 4, sp + n * 3, T(near_plane), T(far_plane));
-          const int64_t cn_ = c * N + n;
-          m2[cn_ * 2] = p.mean2d[0];
-          m2[cn_ * 2 + 1] = p.mean2d[1];
-          for (int i = 0; i < 3; ++i) cn[cn_ * 3 + i] = p.conic[i];
-          dp[cn_] = p.depth;
-          rp[cn_ * 2] = p.valid ? p.radius[0] : 0;
-          rp[cn_ * 2 + 1] = p.valid ? p.radius[1] : 0;
+      // Blocks of Gaussians: the world covariance once per Gaussian (it does not depend on the
+      // camera), then camera by camera so each camera's outputs are written contiguously.
+      constexpr int64_t kBlock = 64;
+      T sigma[kBlock][3][3], qnorm[kBlock];
+      bool ok[kBlock];
+      for (int64_t b0 = begin; b0 < end; b0 += kBlock) {
+        const int64_t nb = std::min(kBlock, end - b0);
+        for (int64_t j = 0; j < nb; ++j) {
+          const int64_t n = b0 + j;
+          bool fin = gs::finite(op[n]);
+          for (int i = 0; i < 3; ++i) fin = fin && gs::finite(mp[n * 3 + i]) && gs::finite(sp[n * 3 + i]);
+          for (int i = 0; i < 4; ++i) fin = fin && gs::finite(qp[n * 4 + i]);
+          for (int64_t f = 0; f < F && fin; ++f) fin = gs::finite(fp[n * F + f]);
+          ok[j] = fin;  // non-finite: excluded (zeros, radius 0)
+          if (!fin) continue;
+          T qn[4], s[3];
+          gs::Mat3<T> R;
+          gs::covariance3d(qp + n * 4, sp + n * 3, sigma[j], &R, qn, &qnorm[j], s);
         }
+        for (int64_t c = 0; c < C; ++c)
+          for (int64_t j = 0; j < nb; ++j) {
+            if (!ok[j]) continue;
+            const int64_t n = b0 + j;
+            const auto p = gs::project_from_covariance(cams[c], mp + n * 3, sigma[j], qnorm[j], T(near_plane),
+                                                       T(far_plane));
+            const int64_t cn_ = c * N + n;
+            m2[cn_ * 2] = p.mean2d[0];
+            m2[cn_ * 2 + 1] = p.mean2d[1];
+            for (int i = 0; i < 3; ++i) cn[cn_ * 3 + i] = p.conic[i];
+            dp[cn_] = p.depth;
+            rp[cn_ * 2] = p.valid ? p.radius[0] : 0;
+            rp[cn_ * 2 + 1] = p.valid ? p.radius[1] : 0;
+          }
       }
     });
   });

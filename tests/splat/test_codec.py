@@ -196,6 +196,28 @@ def test_prune_search_never_worse_on_its_views(asset, asset_20x):
         compress(scene, ratio=20, contributions=contrib, prune_search=-1)
 
 
+def test_prune_refill_keeps_the_variants_rungs(asset, monkeypatch):
+    """A pruned variant that leaves budget unused is refilled at its own rungs (no second rung
+    search): the last allocation is pinned to the preset that variant chose. On the asset at
+    30x the search refills (4 pruned variants, the last a refill)."""
+    from visionmoe.splat import codec
+
+    scene, cams, contrib = asset
+    calls, real = [], codec._allocate_and_encode
+
+    def spy(pyr, meta, target, preset_pin, *args, **kwargs):
+        data, info = real(pyr, meta, target, preset_pin, *args, **kwargs)
+        calls.append((preset_pin, (info[0].preset.geometry, info[0].preset.appearance), len(data)))
+        return data, info
+
+    monkeypatch.setattr(codec, "_allocate_and_encode", spy)
+    res = compress(scene, ratio=30, cameras=cams, contributions=contrib, refine_steps=0)
+    assert len(calls) == 5 and all(pin is None for pin, _, _ in calls[:4])
+    pin, chosen, size = calls[-1]
+    assert pin == chosen and pin in [c for _, c, _ in calls[1:4]]
+    assert res.nbytes <= res.target_bytes
+
+
 def test_refinement_is_kept_only_when_it_renders_closer(asset, monkeypatch):
     """The default (auto) refinement fits the chosen primitives to the original scene's renders;
     its re-encoding replaces the plain one only if it renders closer on the contribution views."""

@@ -477,8 +477,9 @@ def _compress(scene, ratio, size, psnr, cameras, device, contributions, num_view
 
         verify_spec = {"count": verify_candidates, "error": verify_error}
 
-    def run(target_bytes, pyr=pyr, meta=meta, start=None, stage_times=timings):
-        return _allocate_and_encode(pyr, meta, target_bytes, preset, seed, prog, stage_times, verify_spec, start)
+    def run(target_bytes, pyr=pyr, meta=meta, start=None, stage_times=timings, pin=None):
+        return _allocate_and_encode(pyr, meta, target_bytes, preset if pin is None else pin, seed, prog, stage_times,
+                                    verify_spec, start)
 
     if psnr is None:
         target = int(size if size is not None else ref_bytes / ratio)
@@ -558,7 +559,9 @@ _PRUNE_KEEP_ALL = (0.9,)
 _PRUNE_SEARCH_BELOW_MSE = 10 ** (-45 / 10)
 # The best-rendering pruned variant below this share of the target is refilled once, inside
 # the rate window too (statue at 20x: the winner used 95.1% of the budget; refilled to 98.2%,
-# 34.98 -> 35.02 dB).
+# 34.98 -> 35.02 dB; playbot at 20x: the variant kept every leaf at 93.5%, outside the window).
+# The refill keeps the variant's rungs (more Gaussians at the same precision is what the keep
+# count was scaled for): no rung search and no render checks, a quarter of a full allocation.
 _PRUNE_REFILL_BELOW = 0.97
 
 
@@ -570,8 +573,8 @@ def _search_pruning(kept, w, base, target, sh_degree, n_in, ref_bytes, run, quic
     top Gaussians by contribution (merging less, or affording a finer rung) are encoded at the
     same target, starting the allocator from the base's rungs, and the lowest render error on
     the search views wins among those within the rate window (the best-rendering variant that
-    uses less than ``_PRUNE_REFILL_BELOW`` of the target is refilled once: keep count scaled by
-    target / size).
+    uses less than ``_PRUNE_REFILL_BELOW`` of the target is refilled once at its rungs: keep
+    count scaled by target / size).
     ``quick_error`` (few views) and ``error`` (every search view) map a decoded scene to its
     render MSE against the original.
     """
@@ -586,11 +589,11 @@ def _search_pruning(kept, w, base, target, sh_degree, n_in, ref_bytes, run, quic
         counts = [int(min(f * terminal, 0.9 * n)) for f in _PRUNE_KEEP_MERGED]
     order = torch.argsort(w, descending=True, stable=True)
 
-    def attempt(m):
+    def attempt(m, pin=None):
         idx = torch.sort(order[:m]).values
         sub, ws = kept.subset(idx), w[idx]
         p, mt = _prepare(sub, ws, sh_degree, n_in, ref_bytes)
-        d, inf = run(target, p, mt, start)
+        d, inf = run(target, p, mt, start, pin=pin)
         return [error(decompress(d)), d, inf, sub, p, mt]
 
     # near-lossless already (checked on the few verification views first: cheap): pruning
@@ -627,9 +630,10 @@ def _search_pruning(kept, w, base, target, sh_degree, n_in, ref_bytes, run, quic
     if short is not None:
         m = short[3].num_gaussians
         m2 = int(min(n, m * 0.985 * target / max(len(short[1]), 1)))
+        pin = (short[2][0].preset.geometry, short[2][0].preset.appearance)
         short = None
         if m2 > m and m2 not in tried:
-            cand = attempt(m2)
+            cand = attempt(m2, pin)
             logger.debug("prune search: refill keep %d -> %d bytes, verify MSE %.3g", m2, len(cand[1]), cand[0])
             best = min(best, cand, key=key)
     return tuple(best[1:])
