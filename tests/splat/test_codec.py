@@ -196,6 +196,16 @@ def test_prune_search_never_worse_on_its_views(asset, asset_20x):
         compress(scene, ratio=20, contributions=contrib, prune_search=-1)
 
 
+def test_contribution_renders_double_as_references(asset):
+    """The full-SH renders kept from the contribution pass equal the scene's own renders of those
+    views, and the contributions equal those of the degree-0 pass."""
+    scene, cams, contrib = asset
+    got, colors = image_contributions(scene, cams, keep_colors=[6, 0, 3])
+    assert torch.equal(got, contrib)
+    assert torch.equal(colors, render(scene, cams[[6, 0, 3]]).colors)
+    assert image_contributions(scene, cams, keep_colors=[])[1] is None
+
+
 def test_prune_refill_keeps_the_variants_rungs(asset, monkeypatch):
     """A pruned variant that leaves budget unused is refilled at its own rungs (no second rung
     search): the last allocation is pinned to the preset that variant chose. On the asset at

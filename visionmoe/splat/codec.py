@@ -439,11 +439,17 @@ def _compress(scene, ratio, size, psnr, cameras, device, contributions, num_view
         from .contribution import default_cameras
         if cameras is None:
             cameras = default_cameras(scene, num_views=num_views, size=view_size)
+    # the scene's own renders on the verification and search views, taken from the contribution
+    # renders when those are made here (or rendered once on first use)
+    dev = device or "cpu"
+    refs = {}
     if contributions is None:
         from .contribution import image_contributions
 
         prog("contributions", 0, 1)
-        contributions = image_contributions(scene, cameras, device=device)
+        keep = sorted(set(_view_indices(len(cameras), verify_views)) | set(_view_indices(len(cameras), _SEARCH_VIEWS)))
+        contributions, colors = image_contributions(scene, cameras, device=device, keep_colors=keep)
+        refs = dict(zip(keep, colors))
         prog("contributions", 1, 1)
     contributions = contributions.detach().float().cpu()
     if contributions.shape != (n_in,):
@@ -462,14 +468,20 @@ def _compress(scene, ratio, size, psnr, cameras, device, contributions, num_view
     timings["pyramid"] = time.perf_counter() - t1
     pixels = float(_num_pixels(cameras)) if cameras is not None else None
 
+    def reference(idx):
+        """The original scene's renders of ``cameras[idx]``."""
+        missing = [i for i in idx if i not in refs]
+        if missing:
+            with torch.no_grad():
+                refs.update(zip(missing, render(scene.to(dev), cameras[missing]).colors))
+        return torch.stack([refs[i] for i in idx]).to(dev)
+
+    from .render import render
+
     verify_spec = None
     if verify_views > 0 and preset is None and cameras is not None:
-        vcams = cameras[torch.linspace(0, len(cameras) - 1, min(verify_views, len(cameras))).round().long().tolist()]
-        from .render import render
-
-        dev = device or "cpu"
-        with torch.no_grad():
-            vref = render(scene.to(dev), vcams).colors
+        vidx = _view_indices(len(cameras), verify_views)
+        vcams, vref = cameras[vidx], reference(vidx)
 
         def verify_error(decoded):
             with torch.no_grad():
@@ -487,13 +499,13 @@ def _compress(scene, ratio, size, psnr, cameras, device, contributions, num_view
         if prune_search > 0 and verify_spec is not None:
             t2 = time.perf_counter()
             # judged on every contribution view (up to 16): 4 views missed the damage of pruning
-            scams = cameras[torch.linspace(0, len(cameras) - 1, min(16, len(cameras))).round().long().tolist()]
-            sref = []
+            sidx = _view_indices(len(cameras), _SEARCH_VIEWS)
+            scams, sref = cameras[sidx], []
 
             def search_error(decoded):
                 with torch.no_grad():
                     if not sref:
-                        sref.append(render(scene.to(dev), scams).colors)
+                        sref.append(reference(sidx))
                     return float((render(decoded.to(dev), scams).colors - sref[0]).pow(2).mean())
 
             data, info, kept, pyr, meta = _search_pruning(
@@ -508,7 +520,7 @@ def _compress(scene, ratio, size, psnr, cameras, device, contributions, num_view
         steps = _AUTO_REFINE_STEPS if auto else 0
     if steps and cameras is not None:
         t2 = time.perf_counter()
-        data, info = _refine_checked(pyr, scene, meta, (data, info), cameras, steps, device, prog,
+        data, info = _refine_checked(pyr, scene, meta, (data, info), cameras, steps, device, prog, reference,
                                      skip_above_db=_AUTO_REFINE_BELOW_DB if refine_steps is None else None)
         timings["refine"] = time.perf_counter() - t2
     timings["total"] = time.perf_counter() - t0
@@ -530,6 +542,16 @@ def _compress(scene, ratio, size, psnr, cameras, device, contributions, num_view
         input_gaussians=n_in, pruned=n_in - kept.num_gaussians, proxy_psnr=proxy, timings=timings,
         stream_stats=stats,
     )
+
+
+_SEARCH_VIEWS = 16  # views of the prune search's and the refinement's render checks
+
+
+def _view_indices(num_cameras: int, count: int) -> list[int]:
+    """``count`` camera indices spread evenly over ``num_cameras`` (all of them if fewer)."""
+    if count <= 0 or num_cameras == 0:
+        return []
+    return torch.linspace(0, num_cameras - 1, min(count, num_cameras)).round().long().tolist()
 
 
 def _prepare(kept: GaussianScene, w: torch.Tensor, sh_degree: int, n_in: int, ref_bytes: int):
@@ -650,16 +672,16 @@ _AUTO_REFINE_BELOW_DB = 40.0
 _AUTO_REFINE_MAX_PRIMITIVES = 150_000
 
 
-def _refine_checked(pyr, scene, meta, base, cameras, steps, device, prog, skip_above_db=None):
+def _refine_checked(pyr, scene, meta, base, cameras, steps, device, prog, reference, skip_above_db=None):
     """Refine the chosen cut against the original scene's renders and keep the refined encoding
-    only if it renders closer to the original on the contribution views (up to 16)."""
+    only if it renders closer to the original on the contribution views (up to 16).
+    ``reference(indices)``: the original's renders of those cameras."""
     from .render import render
 
     data, info = base
     dev = device or "cpu"
-    views = cameras[torch.linspace(0, len(cameras) - 1, min(16, len(cameras))).round().long().tolist()]
-    with torch.no_grad():
-        ref = render(scene.to(dev), views).colors
+    idx = _view_indices(len(cameras), _SEARCH_VIEWS)
+    views, ref = cameras[idx], reference(idx)
 
     def error(blob):
         with torch.no_grad():

@@ -36,24 +36,34 @@ def default_cameras(scene: GaussianScene, *, num_views: int = 16, size: int = 25
     )
 
 
-def image_contributions(scene: GaussianScene, cameras, *, device=None, views_per_batch: int = 4) -> torch.Tensor:
-    """Per-Gaussian contribution [N] (float32, CPU), summed over the views of ``cameras``."""
+def image_contributions(scene: GaussianScene, cameras, *, device=None, views_per_batch: int = 4,
+                        keep_colors: list[int] | None = None):
+    """Per-Gaussian contribution [N] (float32, CPU), summed over the views of ``cameras``.
+
+    ``keep_colors``: view indices whose full-SH renders are also returned (on the render device,
+    in that order), as ``(contributions, colors [len, H, W, 3])``: callers that compare with the
+    scene's own renders on those views need not render them again."""
     from .render import render
 
     dev = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise RuntimeError(f"device={device!r} requested but CUDA is not available; use device='cpu'")
-    # Contributions (alpha x transmittance) do not depend on colour: render at SH degree 0, which
-    # skips the view-dependent SH evaluation and the [N, K, 3] SH copy of every render call.
-    s = replace(scene, sh_rest=scene.sh_rest[:, :0]).to(dev)
+    # Contributions (alpha x transmittance) do not depend on colour: without kept colours render
+    # at SH degree 0, which skips the view-dependent SH evaluation and the [N, K, 3] SH copy.
+    s = (scene if keep_colors else replace(scene, sh_rest=scene.sh_rest[:, :0])).to(dev)
     total = torch.zeros(scene.num_gaussians, dtype=torch.float64, device=dev)
     C = len(cameras)
+    kept = {}
     with torch.no_grad():
         for start in range(0, C, views_per_batch):
-            cams = _slice_cameras(cameras, start, min(start + views_per_batch, C))
-            out = render(s, cams, return_contributions=True)
+            stop = min(start + views_per_batch, C)
+            out = render(s, _slice_cameras(cameras, start, stop), return_contributions=True)
             total += out.contributions.double().sum(0)
-    return total.float().cpu()
+            for i in set(keep_colors or ()) & set(range(start, stop)):
+                kept[i] = out.colors[i - start].clone()
+    if keep_colors is None:
+        return total.float().cpu()
+    return total.float().cpu(), torch.stack([kept[i] for i in keep_colors]) if keep_colors else None
 
 
 def _slice_cameras(cameras, start: int, stop: int):
