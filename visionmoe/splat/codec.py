@@ -781,6 +781,7 @@ def _allocate_and_encode(pyr, meta, target_bytes, preset_pin, seed, prog, timing
     # the budget, decoded and rendered on ``verify`` views, and the lowest real error wins.
     ranked = sorted(cache, key=lambda pi: cache[pi][0])
     every_leaf = set()  # rungs verified with every leaf: they cannot spend more bytes without merging
+    steps_up = {}  # finer geometry candidate -> the rung one step below it on the same ladder
     if verify and preset_pin is None:
         # The proxy under-rates geometry precision on some scenes: besides its best rung, verify
         # finer geometry rungs (+2, +4, +6: the ladder is dense at its coarse end) with the same
@@ -792,6 +793,7 @@ def _allocate_and_encode(pyr, meta, target_bytes, preset_pin, seed, prog, timing
 
         g0, a0 = ranked[0]
         cands = [(g0 + dg, a0) for dg in (2, 4, 6) if g0 + dg < len(GEOMETRY_LADDER)]
+        steps_up = {(g0 + dg, a0): (g0 + dg - 2, a0) for dg in (2, 4, 6)}
         for pi in cands:
             evaluate(pi)
         # Merged primitives cost far more render error than the proxy charges (and carry no
@@ -828,7 +830,17 @@ def _allocate_and_encode(pyr, meta, target_bytes, preset_pin, seed, prog, timing
     # gets the full (every coder) encode and the final rate tuning.
     best = None  # ((miss, err), pi, tuner, k)
     scale = None  # full / probe size, measured once on the first (proxy-best) rung
+    errors, skipped = {}, set()  # render error of each verified rung; candidates not verified
     for pi in shortlist:
+        below = steps_up.get(pi)
+        if below in steps_up and (below in skipped or (below in errors and steps_up[below] in errors
+                                                         and errors[below] > errors[steps_up[below]])):
+            # Each finer geometry rung merges more primitives. Along +2, +4, +6 the render error on
+            # the shared scenes at 5-50x never fell again once it had risen (playbot 20x: +2 was
+            # 18x worse than the proxy's rung, +4 and +6 as bad): stop at the first rise.
+            skipped.add(pi)
+            logger.debug("verify preset %s skipped: finer geometry already rendered worse", pi)
+            continue
         _, k, qz = cache[pi]
         t = time.perf_counter()
         _quantize_full(pyr, qz, meta, memo)
@@ -868,6 +880,7 @@ def _allocate_and_encode(pyr, meta, target_bytes, preset_pin, seed, prog, timing
             miss = size > target_bytes or (size < 0.95 * target_bytes and pi not in every_leaf)
             logger.debug("verify preset %s tuned on real bytes: %d bytes (%s), render MSE %.3g", pi, size,
                          "every leaf" if k >= tuner.kmax else f"{k} of {tuner.kmax} splits", err)
+        errors[pi] = err
         if best is None or (miss, err) < best[0]:
             if best is not None:
                 best[2].release()
