@@ -196,6 +196,37 @@ def test_prune_search_never_worse_on_its_views(asset, asset_20x):
         compress(scene, ratio=20, contributions=contrib, prune_search=-1)
 
 
+def test_finer_geometry_checks_stop_at_the_first_rise(asset, caplog):
+    """Finer geometry candidates (+2, +4, +6 on the proxy's rung) are render-checked in order and
+    the rest skipped once one renders worse than the rung below it (on the asset at 30x, both
+    in the base allocation and in pruned variants)."""
+    import logging
+    import re
+
+    scene, cams, contrib = asset
+    with caplog.at_level(logging.DEBUG, logger="visionmoe.splat.codec"):
+        compress(scene, ratio=30, cameras=cams, contributions=contrib, refine_steps=0)
+    runs, skips = [], 0
+    for rec in caplog.records:
+        msg = rec.getMessage()
+        m = re.match(r"verify preset \((\d+), (\d+)\)(:| skipped)", msg)
+        if not m:
+            continue
+        pi = (int(m[1]), int(m[2]))
+        if not runs or pi in runs[-1]:  # a rung verified again starts the next allocation
+            runs.append({})
+        if m[3] == " skipped":
+            skips += 1
+            g0, a0 = next(iter(runs[-1]))  # the proxy's rung is verified first
+            below, base = (pi[0] - 2, a0), (pi[0] - 4, a0)
+            assert pi[1] == a0 and pi[0] - g0 in (4, 6)
+            assert runs[-1].get(below) == "skipped" or runs[-1][below] > runs[-1][base]
+            runs[-1][pi] = "skipped"
+        else:
+            runs[-1][pi] = float(msg.rsplit(" ", 1)[1])
+    assert skips >= 2
+
+
 def test_contribution_renders_double_as_references(asset):
     """The full-SH renders kept from the contribution pass equal the scene's own renders of those
     views, and the contributions equal those of the degree-0 pass."""
