@@ -196,6 +196,20 @@ def test_prune_search_never_worse_on_its_views(asset, asset_20x):
         compress(scene, ratio=20, contributions=contrib, prune_search=-1)
 
 
+def test_no_prune_search_when_every_leaf_fits_at_the_finest_rungs(asset, monkeypatch):
+    """At 3x the asset keeps every leaf at the finest rungs: no finer rung for a pruned variant
+    to afford, so the search encodes nothing more (at any quality; there is no dB cut-off)."""
+    from visionmoe.splat import codec
+
+    scene, cams, contrib = asset
+    calls, real = [], codec._allocate_and_encode
+    monkeypatch.setattr(codec, "_allocate_and_encode", lambda *a, **k: calls.append(1) or real(*a, **k))
+    res = compress(scene, ratio=3, cameras=cams, contributions=contrib, refine_steps=0)
+    finest = (len(codec.GEOMETRY_LADDER) - 1, len(codec.APPEARANCE_LADDER) - 1)
+    assert res.preset_index == finest and res.primitives == scene.num_gaussians - res.pruned
+    assert len(calls) == 1
+
+
 def test_finer_geometry_checks_stop_at_the_first_rise(asset, caplog):
     """Finer geometry candidates (+2, +4, +6 on the proxy's rung) are render-checked in order and
     the rest skipped once one renders worse than the rung below it (on the asset at 30x, both
