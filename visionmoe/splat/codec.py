@@ -447,7 +447,9 @@ def _compress(scene, ratio, size, psnr, cameras, device, contributions, num_view
         from .contribution import image_contributions
 
         prog("contributions", 0, 1)
-        keep = sorted(set(_view_indices(len(cameras), verify_views)) | set(_view_indices(len(cameras), _SEARCH_VIEWS)))
+        checked = verify_views if preset is None else 0  # views the rung choice renders
+        searched = _SEARCH_VIEWS if prune_search > 0 or refine_steps != 0 else 0  # pruning search, refinement
+        keep = sorted(set(_view_indices(len(cameras), checked)) | set(_view_indices(len(cameras), searched)))
         contributions, colors = image_contributions(scene, cameras, device=device, keep_colors=keep)
         refs = dict(zip(keep, colors))
         prog("contributions", 1, 1)
@@ -468,6 +470,8 @@ def _compress(scene, ratio, size, psnr, cameras, device, contributions, num_view
     timings["pyramid"] = time.perf_counter() - t1
     pixels = float(_num_pixels(cameras)) if cameras is not None else None
 
+    from .render import render
+
     def reference(idx):
         """The original scene's renders of ``cameras[idx]``."""
         missing = [i for i in idx if i not in refs]
@@ -475,8 +479,6 @@ def _compress(scene, ratio, size, psnr, cameras, device, contributions, num_view
             with torch.no_grad():
                 refs.update(zip(missing, render(scene.to(dev), cameras[missing]).colors))
         return torch.stack([refs[i] for i in idx]).to(dev)
-
-    from .render import render
 
     verify_spec = None
     if verify_views > 0 and preset is None and cameras is not None:
