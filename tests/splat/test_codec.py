@@ -349,6 +349,28 @@ def test_refine_renders_bounded_interleaved_batches(asset, monkeypatch):
         refine(prim, scene, cams, steps=1, views_per_step=0)
 
 
+def test_refine_check_stops_early_or_changes_nothing(asset):
+    """A failing check after k steps stops the refinement (None); a passing one leaves the
+    optimiser's path alone: the result is bit-identical to a run without a check."""
+    from visionmoe.splat.update import refine
+
+    scene = asset[0]
+    cams = default_cameras(scene, num_views=2, size=16)
+    prim = scene.subset(torch.arange(64))
+    seen = []
+
+    def check(partial):
+        seen.append(partial.num_gaussians)
+        return len(seen) > 1  # fails the first time only
+
+    assert refine(prim, scene, cams, steps=4, check=check, check_at=2) is None and seen == [64]
+    plain = refine(prim, scene, cams, steps=4)
+    checked = refine(prim, scene, cams, steps=4, check=check, check_at=2)
+    assert seen == [64, 64]
+    for name in ("means", "quats", "log_scales", "opacity_logits", "sh_dc", "sh_rest"):
+        assert torch.equal(getattr(plain, name), getattr(checked, name))
+
+
 def test_memoised_quantisation_matches_fresh_across_rungs():
     """The allocator's memo (nearest-prototype searches, parent-frame relabelling) never hands a
     rung another rung's results: each rung quantised through one shared memo, in an order that

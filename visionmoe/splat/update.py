@@ -89,9 +89,13 @@ def scene_extent(scene: GaussianScene) -> float:
 
 
 def refine(scene: GaussianScene, dense: GaussianScene, cameras, *, steps: int = 30, lr_scale: float = 1.0,
-           views_per_step: int = 16, progress=None) -> GaussianScene:
+           views_per_step: int = 16, progress=None, check=None, check_at: int = 0) -> GaussianScene | None:
     """Render-vs-dense-render refinement of ``scene`` (continuous parameters) through the
     differentiable rasteriser; returns the refined scene (inputs untouched).
+
+    ``check(partial) -> bool``, called once on the scene after ``check_at`` steps (0: never):
+    False stops the refinement there and returns None (it is not paying off). The check does
+    not touch the optimiser, so a run that passes it ends where one without it would.
 
     Each step renders at most ``views_per_step`` of the cameras: with C cameras split into
     ``ceil(C / views_per_step)`` interleaved batches (every B-th camera), step i uses batch
@@ -118,4 +122,8 @@ def refine(scene: GaussianScene, dense: GaussianScene, cameras, *, steps: int = 
         if progress is not None:
             progress(step + 1, steps)
         logger.debug("refine step %d: L1 %.5f", step, float(loss.detach()))
+        if check is not None and step + 1 == check_at and step + 1 < steps:
+            if not check(GaussianScene(**{k: v.detach().clone() for k, v in params.items()})):
+                logger.debug("refine: stopped after %d steps by the check", step + 1)
+                return None
     return GaussianScene(**{k: v.detach() for k, v in params.items()})
