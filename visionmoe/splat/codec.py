@@ -723,6 +723,7 @@ def _refine_and_encode(pyr, dense, meta, info, cameras, steps, target, prog, che
     names = ("means", "quats", "log_scales", "opacity_logits", "sh_dc", "sh_rest")
     prim = GaussianScene(**{n: torch.cat([getattr(pyr.levels[lv], n)[terms[lv]] for lv in range(pyr.num_levels)])
                             for n in names})
+
     def encode(refined):
         start = 0
         for lv, idx in enumerate(terms):

@@ -123,7 +123,7 @@ def refine(scene: GaussianScene, dense: GaussianScene, cameras, *, steps: int = 
             progress(step + 1, steps)
         logger.debug("refine step %d: L1 %.5f", step, float(loss.detach()))
         if check is not None and step + 1 == check_at and step + 1 < steps:
-            if not check(GaussianScene(**{k: v.detach().clone() for k, v in params.items()})):
+            if not check(GaussianScene(**{k: v.detach() for k, v in params.items()})):  # read before the next step
                 logger.debug("refine: stopped after %d steps by the check", step + 1)
                 return None
     return GaussianScene(**{k: v.detach() for k, v in params.items()})
