@@ -139,13 +139,14 @@ def _active_palettes(pal: bs.Palettes | None, preset: Preset) -> bs.Palettes | N
     return pal.subset(chans)
 
 
-def _sh_keep_mask(pyr: Pyramid, fraction: float) -> np.ndarray:
+def _sh_keep_mask(pyr: Pyramid, fraction: float, cache: dict) -> np.ndarray:
     n = pyr.levels[-1].num_gaussians
     keep = np.zeros(n, bool)
     k = int(round(fraction * n))
     if k > 0:
-        order = torch.argsort(pyr.weight[-1], descending=True, stable=True)[:k]
-        keep[order.numpy()] = True
+        if "sh_order" not in cache:  # one sort per pyramid, not per rung (playbot: 58 x 50 ms)
+            cache["sh_order"] = torch.argsort(pyr.weight[-1], descending=True, stable=True).numpy()
+        keep[cache["sh_order"][:k]] = True
     return keep
 
 
@@ -170,7 +171,7 @@ def _codebooks(pyr: Pyramid, preset: Preset, sh_degree: int, seed: int, cache: d
     sh_cb, keep = None, None
     cb_degree = min(preset.sh_degree, sh_degree)
     if sh_degree > 0 and cb_degree > 0 and preset.sh_fraction > 0:
-        keep = _sh_keep_mask(pyr, preset.sh_fraction)
+        keep = _sh_keep_mask(pyr, preset.sh_fraction, cache)
         if keep.any() and preset.sh_step > 0:
             sh_cb = bs.ShGrid(cb_degree, preset.sh_step)  # per-primitive SH, no codebook
         elif keep.any():
@@ -398,10 +399,11 @@ def compress(
     and the one with the lowest render error on ``verify_views`` of the views is kept (0: trust
     the proxy). ``prune_search`` > 0: unless the cut keeps every leaf at the finest rungs, up to that
     many variants that drop the lowest-contribution Gaussians instead (fewer, unmerged
-    primitives when the cut merges more than a tenth of the leaves; a finer rung when it keeps
-    them all) are encoded at the same target and rendered on every contribution view; the
-    lowest error within the rate window wins (needs ``verify_views`` > 0; not used with
-    ``psnr=`` or ``preset=``).
+    primitives when the cut merges more than a tenth of the leaves; when it keeps them all,
+    the finer neighbouring rungs with as many Gaussians as they fit, and on scenes of at most
+    150k leaves a fresh rung search without the faintest tenth) are encoded at the same target
+    and rendered on every contribution view; the lowest error within the rate window wins
+    (needs ``verify_views`` > 0; not used with ``psnr=`` or ``preset=``).
     """
     targets = [t for t in (ratio, size, psnr) if t is not None]
     if len(targets) > 1:
@@ -491,13 +493,14 @@ def _compress(scene, ratio, size, psnr, cameras, device, contributions, num_view
 
         verify_spec = {"count": verify_candidates, "error": verify_error}
 
-    def run(target_bytes, pyr=pyr, meta=meta, start=None, stage_times=timings, pin=None):
+    def run(target_bytes, pyr=pyr, meta=meta, start=None, stage_times=timings, pin=None, rates=None):
         return _allocate_and_encode(pyr, meta, target_bytes, preset if pin is None else pin, seed, prog, stage_times,
-                                    verify_spec, start)
+                                    verify_spec, start, rates)
 
     if psnr is None:
         target = int(size if size is not None else ref_bytes / ratio)
-        data, info = run(target)
+        rung_rates = {}
+        data, info = run(target, rates=rung_rates)
         if prune_search > 0 and verify_spec is not None:
             t2 = time.perf_counter()
             # judged on every contribution view (up to 16): 4 views missed the damage of pruning
@@ -512,7 +515,7 @@ def _compress(scene, ratio, size, psnr, cameras, device, contributions, num_view
 
             data, info, kept, pyr, meta = _search_pruning(
                 kept, w, (data, info, pyr, meta), target, scene.sh_degree, n_in, ref_bytes,
-                functools.partial(run, stage_times={}), search_error, prune_search, prog)
+                functools.partial(run, stage_times={}), search_error, prune_search, prog, rung_rates)
             timings["prune search"] = time.perf_counter() - t2
     else:
         data, info, target = _search_psnr(scene, pyr, meta, psnr, cameras, device, ref_bytes, run, prog, timings)
@@ -573,11 +576,22 @@ def _prepare(kept: GaussianScene, w: torch.Tensor, sh_degree: int, n_in: int, re
 
 # Keep counts tried by the pruning search. When the cut merges, as multiples of its primitive
 # count: measured on the shared scenes at 20x and 50x, the best pruned variant kept 1.0-1.6x as
-# many Gaussians as the merged cut had primitives (still merging where it pays). When the cut
-# keeps (nearly) every leaf, as a fraction of the leaves: dropping the faintest 10% lets a
-# finer rung fit (playbot at 20x: 39.8 -> 40.4 dB); one variant only, as it costs a full encode.
+# many Gaussians as the merged cut had primitives (still merging where it pays).
 _PRUNE_KEEP_MERGED = (1.25, 1.6, 1.0)
-_PRUNE_KEEP_ALL = (0.9,)
+# When the cut keeps (nearly) every leaf, dropping the faintest few lets a finer rung fit
+# (playbot at 20x: 39.8 -> 40.5 dB). Each of the two rungs one step finer than the base's (in
+# geometry, in appearance) is encoded with the keep count that fits its every leaf in the target
+# (from the base run's size estimate of that rung, calibrated by the base's real bytes), pinned
+# there: no rung search or rung render checks (a quarter of an unpinned variant's cost on
+# playbot). Counts below this share of the leaves are not tried.
+_PRUNE_KEEP_ALL_MIN = 0.7
+# On scenes of at most this many leaves, the faintest tenth is also dropped with the rungs
+# searched afresh (and render-checked): on the pruned pyramid the search can land far from the
+# base (the test scene at 20x on 8 views of 128 px: base rung (4, 5), every leaf, 32.1 dB; the
+# pinned neighbours render worse; the free search picks (11, 5), merging, 35.6 dB). On playbot
+# (446k leaves) that search cost 28 of its 80 s.
+_PRUNE_FREE_MAX_LEAVES = 150_000
+_PRUNE_FREE_KEEP = 0.9
 # The search runs at every quality: the render check keeps the base where dropping costs more
 # than the finer rung gains (plant, tarot and guitar at 5x), and at 5x on statue and fruit the
 # variant wins by 3.4 and 3.2 dB (56.4 -> 59.8, 55.0 -> 58.2; a former 45 dB cut-off skipped it).
@@ -590,7 +604,7 @@ _PRUNE_KEEP_ALL = (0.9,)
 _PRUNE_REFILL_BELOW = 0.97
 
 
-def _search_pruning(kept, w, base, target, sh_degree, n_in, ref_bytes, run, error, tries, prog):
+def _search_pruning(kept, w, base, target, sh_degree, n_in, ref_bytes, run, error, tries, prog, rates):
     """Pruning instead of merging, render-checked: -> (data, info, kept, pyr, meta) of the best.
 
     A merged primitive covers pixels its members never did (a visible blob), while dropping a
@@ -601,6 +615,7 @@ def _search_pruning(kept, w, base, target, sh_degree, n_in, ref_bytes, run, erro
     uses less than ``_PRUNE_REFILL_BELOW`` of the target is refilled once at its rungs: keep
     count scaled by target / size).
     ``error`` maps a decoded scene to its render MSE against the original on every search view.
+    ``rates``: the base run's estimated size of every leaf at each rung it evaluated.
     """
     data, info, pyr, meta = base
     terminal = sum(info[2])
@@ -609,9 +624,19 @@ def _search_pruning(kept, w, base, target, sh_degree, n_in, ref_bytes, run, erro
     start = (qz.preset.geometry, qz.preset.appearance)
     keeps_all = terminal >= 0.9 * n
     if keeps_all:
-        counts = [int(f * n) for f in _PRUNE_KEEP_ALL]
+        calib = len(data) / max(float(qz.plan.rate[info[1]]) + qz.fixed_bytes, 1.0)
+        g, a = start
+        variants = []
+        for pi in ((g + 1, a), (g, a + 1)):
+            if pi in rates:
+                m = int(n * 0.985 * target / max(calib * rates[pi], 1.0))
+                if _PRUNE_KEEP_ALL_MIN * n <= m < n:
+                    variants.append((m, pi))
+        variants.sort(reverse=True)  # the mildest pruning first
+        if n <= _PRUNE_FREE_MAX_LEAVES:
+            variants.append((int(_PRUNE_FREE_KEEP * n), None))
     else:
-        counts = [int(min(f * terminal, 0.9 * n)) for f in _PRUNE_KEEP_MERGED]
+        variants = [(int(min(f * terminal, 0.9 * n)), None) for f in _PRUNE_KEEP_MERGED]
     order = torch.argsort(w, descending=True, stable=True)
 
     def attempt(m, pin=None):
@@ -635,25 +660,26 @@ def _search_pruning(kept, w, base, target, sh_degree, n_in, ref_bytes, run, erro
     base_c = best
     short = None  # the best-rendering variant that leaves budget unused (refilled below)
     tried = set()
-    counts = [m for m in counts if m >= 16][:tries]
-    for i, m in enumerate(counts):
-        if m in tried:
+    variants = [v for v in variants if v[0] >= 16][:tries]
+    for i, (m, pin) in enumerate(variants):
+        if (m, pin) in tried:
             continue
-        tried.add(m)
-        prog("prune search", i, len(counts))
-        cand = attempt(m)
-        logger.debug("prune search: keep %d -> %d bytes, verify MSE %.3g", m, len(cand[1]), cand[0])
+        tried.add((m, pin))
+        prog("prune search", i, len(variants))
+        cand = attempt(m, pin)
+        logger.debug("prune search: keep %d at %s -> %d bytes, verify MSE %.3g", m, pin or "any rung", len(cand[1]),
+                     cand[0])
         # only the leaders stay referenced: a variant holds a whole pyramid and its symbols
         if len(cand[1]) < _PRUNE_REFILL_BELOW * target and cand[0] < base_c[0] and (short is None or cand[0] < short[0]):
             short = cand
         best = min(best, cand, key=key)
-    prog("prune search", len(counts), len(counts))
+    prog("prune search", len(variants), len(variants))
     if short is not None:
         m = short[3].num_gaussians
         m2 = int(min(n, m * 0.985 * target / max(len(short[1]), 1)))
         pin = (short[2][0].preset.geometry, short[2][0].preset.appearance)
         short = None
-        if m < m2 and m2 not in tried and not (m2 == n and pin == start):  # that one is the base
+        if m < m2 and (m2, pin) not in tried and not (m2 == n and pin == start):  # that one is the base
             cand = attempt(m2, pin)
             logger.debug("prune search: refill keep %d -> %d bytes, verify MSE %.3g", m2, len(cand[1]), cand[0])
             best = min(best, cand, key=key)
@@ -747,7 +773,11 @@ def _num_pixels(cameras) -> int:
     return int(c * cameras.width * cameras.height)
 
 
-def _allocate_and_encode(pyr, meta, target_bytes, preset_pin, seed, prog, timings, verify=None, start=None):
+def _allocate_and_encode(pyr, meta, target_bytes, preset_pin, seed, prog, timings, verify=None, start=None,
+                         rates=None):
+    """Rung choice (proxy hill climb, render-verified shortlist), cut tuning and the final encode:
+    -> (data, (qz, k, terminal, coded, stats)). ``rates``, if given, receives the estimated size
+    of every leaf at each rung evaluated (the chosen rung's finer neighbours included)."""
     t = time.perf_counter()
     cache, books, memo = {}, {}, {}
     samples = _samples(pyr, 16384, seed)
@@ -908,6 +938,11 @@ def _allocate_and_encode(pyr, meta, target_bytes, preset_pin, seed, prog, timing
         else:
             tuner.release()
     _, pi, tuner, k = best
+    if rates is not None:
+        for axis, size in ((0, len(GEOMETRY_LADDER)), (1, n_app)):
+            if pi[axis] + 1 < size:
+                evaluate(tuple(v + (j == axis) for j, v in enumerate(pi)))
+        rates.update({p: float(c[2].plan.rate[-1] + c[2].fixed_bytes) for p, c in cache.items()})
     t = time.perf_counter()
     k, _ = tuner.finish(k)
     data, terminal, coded, stats = tuner.full[k]
