@@ -89,9 +89,15 @@ def scene_extent(scene: GaussianScene) -> float:
 
 
 def refine(scene: GaussianScene, dense: GaussianScene, cameras, *, steps: int = 30, lr_scale: float = 1.0,
-           views_per_step: int = 16, progress=None, check=None, check_at: int = 0) -> GaussianScene | None:
+           views_per_step: int = 16, progress=None, check=None, check_at: int = 0,
+           quantize=None) -> GaussianScene | None:
     """Render-vs-dense-render refinement of ``scene`` (continuous parameters) through the
     differentiable rasteriser; returns the refined scene (inputs untouched).
+
+    ``quantize(scene) -> {name: tensor}``: quantisation-aware refinement. Each step renders the
+    named parameters as the codec would decode them (straight-through: the gradient of the
+    decoded value updates the continuous one), so the optimiser compensates the coding error
+    instead of tuning values the quantiser then rounds away.
 
     ``check(partial) -> bool``, called once on the scene after ``check_at`` steps (0: never):
     False stops the refinement there and returns None (it is not paying off). The check does
@@ -115,7 +121,13 @@ def refine(scene: GaussianScene, dense: GaussianScene, cameras, *, steps: int = 
     for step in range(steps):
         opt.zero_grad()
         b = step % num_batches
-        out = render(GaussianScene(**params), cameras[batches[b]]).colors
+        shown = dict(params)
+        if quantize is not None:
+            with torch.no_grad():
+                decoded = quantize(GaussianScene(**{k: v.detach() for k, v in params.items()}))
+            for k, v in decoded.items():
+                shown[k] = params[k] + (v.to(params[k].dtype) - params[k]).detach()
+        out = render(GaussianScene(**shown), cameras[batches[b]]).colors
         loss = (out - targets[b]).abs().mean()
         loss.backward()
         opt.step()
