@@ -598,6 +598,12 @@ _PRUNE_KEEP_ALL_MIN = 0.7
 # (446k leaves) that search cost 28 of its 80 s.
 _PRUNE_FREE_MAX_LEAVES = 150_000
 _PRUNE_FREE_KEEP = 0.9
+# Nor is a cut that keeps every leaf searched once it renders above this on the search views:
+# there the faintest Gaussians at the views' 256 px are the small ones that show at higher
+# resolution. Plant at 5x (65 dB): the finer rung without the faintest 1.7% rendered 24% closer
+# at 256 px but 2.2x further at 512 px (64.1 -> 62.4 dB on the benchmark views, 63.5 -> 58.4 on
+# the other poses). Statue at 5x (56 dB) gains 1 dB at 512 px from it.
+_PRUNE_KEEP_ALL_BELOW_DB = 60.0
 # The search runs at every quality: the render check keeps the base where dropping costs more
 # than the finer rung gains (plant, tarot and guitar at 5x), and at 5x on statue and fruit the
 # variant wins by 3.4 and 3.2 dB (56.4 -> 59.8, 55.0 -> 58.2; a former 45 dB cut-off skipped it).
@@ -658,6 +664,9 @@ def _search_pruning(kept, w, base, target, sh_degree, n_in, ref_bytes, run, erro
     best = [error(decompress(data)), data, info, kept, pyr, meta]
     logger.debug("prune search: cut of %d primitives over %d leaves, %d bytes, verify MSE %.3g", terminal, n,
                  len(data), best[0])
+    if keeps_all and best[0] < 10 ** (-_PRUNE_KEEP_ALL_BELOW_DB / 10):
+        logger.debug("prune search skipped: every leaf kept at %.1f dB", -10 * math.log10(max(best[0], 1e-30)))
+        return data, info, kept, pyr, meta
     # rate contract first, as in the rung choice: a pruned variant must land in [0.95, 1] x
     # target to replace the base (whose own shortfall, if any, the rung choice accepted)
     def key(c):
