@@ -585,8 +585,9 @@ def _prepare(kept: GaussianScene, w: torch.Tensor, sh_degree: int, n_in: int, re
 # many Gaussians as the merged cut had primitives (still merging where it pays).
 _PRUNE_KEEP_MERGED = (1.25, 1.6, 1.0)
 # When the cut keeps (nearly) every leaf, dropping the faintest few lets a finer rung fit
-# (playbot at 20x: 39.8 -> 40.5 dB). Each of the two rungs one step finer than the base's (in
-# geometry, in appearance) is encoded with the keep count that fits its every leaf in the target
+# (playbot at 20x: 39.8 -> 40.5 dB). Each of the rungs one step finer than the base's (in
+# geometry, in appearance) and two steps finer in geometry (playbot at 10x: 46.9 dB there, 45.6
+# one step up) is encoded with the keep count that fits its every leaf in the target
 # (from the base run's size estimate of that rung, calibrated by the base's real bytes), pinned
 # there: no rung search or rung render checks (a quarter of an unpinned variant's cost on
 # playbot). Counts below this share of the leaves are not tried.
@@ -639,14 +640,14 @@ def _search_pruning(kept, w, base, target, sh_degree, n_in, ref_bytes, run, erro
         calib = len(data) / max(float(qz.plan.rate[info[1]]) + qz.fixed_bytes, 1.0)
         g, a = start
         variants = []
-        for pi in ((g + 1, a), (g, a + 1)):
+        for pi in ((g + 1, a), (g, a + 1), (g + 2, a)):
             if pi in rates:
                 m = int(n * 0.985 * target / max(calib * rates[pi], 1.0))
                 if _PRUNE_KEEP_ALL_MIN * n <= m < n:
                     variants.append((m, pi))
         variants.sort(reverse=True)  # the mildest pruning first
-        if n <= _PRUNE_FREE_MAX_LEAVES:
-            variants.append((int(_PRUNE_FREE_KEEP * n), None))
+        if n <= _PRUNE_FREE_MAX_LEAVES and tries > 0:
+            variants = variants[: tries - 1] + [(int(_PRUNE_FREE_KEEP * n), None)]
     else:
         variants = [(int(min(f * terminal, 0.9 * n)), None) for f in _PRUNE_KEEP_MERGED]
     order = torch.argsort(w, descending=True, stable=True)
@@ -1022,9 +1023,9 @@ def _allocate_and_encode(pyr, meta, target_bytes, preset_pin, seed, prog, timing
             tuner.release()
     _, pi, tuner, k = best
     if rates is not None:
-        for axis, size in ((0, len(GEOMETRY_LADDER)), (1, n_app)):
-            if pi[axis] + 1 < size:
-                evaluate(tuple(v + (j == axis) for j, v in enumerate(pi)))
+        for nxt in ((pi[0] + 1, pi[1]), (pi[0], pi[1] + 1), (pi[0] + 2, pi[1])):
+            if nxt[0] < len(GEOMETRY_LADDER) and nxt[1] < n_app:
+                evaluate(nxt)
         rates.update({p: float(c[2].plan.rate[-1] + c[2].fixed_bytes) for p, c in cache.items()})
     t = time.perf_counter()
     k, _ = tuner.finish(k)
