@@ -677,14 +677,22 @@ def _search_pruning(kept, w, base, target, sh_degree, n_in, ref_bytes, run, erro
     short = None  # the best-rendering variant that leaves budget unused (refilled below)
     tried = set()
     variants = [v for v in variants if v[0] >= 16][:tries]
+    won = set()  # pinned rungs whose variant was the best so far when tried
     for i, (m, pin) in enumerate(variants):
         if (m, pin) in tried:
+            continue
+        if pin is not None and pin[0] == start[0] + 2 and (start[0] + 1, pin[1]) not in won:
+            # two geometry steps up only where one step up won (as the rung checks stop at the
+            # first rise): playbot 20x, (6, 8) lost to (5, 9) and (7, 8) would cost 20 s
+            logger.debug("prune search: %s skipped, one geometry step finer did not win", pin)
             continue
         tried.add((m, pin))
         prog("prune search", i, len(variants))
         cand = attempt(m, pin)
         logger.debug("prune search: keep %d at %s -> %d bytes, verify MSE %.3g", m, pin or "any rung", len(cand[1]),
                      cand[0])
+        if pin is not None and key(cand) < key(best):
+            won.add(pin)
         # only the leaders stay referenced: a variant holds a whole pyramid and its symbols
         if len(cand[1]) < _PRUNE_REFILL_BELOW * target and cand[0] < base_c[0] and (short is None or cand[0] < short[0]):
             short = cand
