@@ -822,9 +822,10 @@ _REFINE_DECODED = ("means", "quats", "log_scales", "opacity_logits", "sh_dc")
 
 
 def _terminal_quantizer(pyr, qz, meta, terms):
-    """The codec's decoded positions, opacity logits and DC of the cut's primitives (concatenated
-    level by level as ``terms``), for quantisation-aware refinement: interior nodes are not
-    refined, so each primitive's decoded parent is fixed and quantised once here."""
+    """The codec's decoded positions, rotations, log-scales, opacity logits and DC of the cut's
+    primitives (concatenated level by level as ``terms``), for quantisation-aware refinement:
+    interior nodes are not refined, so each primitive's decoded parent is fixed and quantised
+    once here."""
     parents = []
     _quantize_full(pyr, qz, meta, parents=parents)
     L = pyr.num_levels
