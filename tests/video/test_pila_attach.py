@@ -198,6 +198,13 @@ def test_loaded_lora(tmp_path):
     assert torch.equal(run(pipe), with_lora)
 
 
+def assert_reproduces(got, want):
+    """Same weights, same outputs up to float32 rounding: weights loaded from safetensors sit at
+    other memory alignments than freshly built ones, and on some CPUs the GEMM kernels then take
+    other code paths (measured on an AMD EPYC: 2.6e-6 apart with bit-identical state dicts)."""
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
 def test_adapter_roundtrip_reproduces_outputs(tmp_path):
     pipe = load_tiny_wan("2.2")
     a = adapter()
@@ -206,7 +213,7 @@ def test_adapter_roundtrip_reproduces_outputs(tmp_path):
     a.save_pretrained(tmp_path / "pila")
     assert (tmp_path / "pila" / "diffusion_pytorch_model.safetensors").is_file()
     attach_pila(pipe, PILAAdapter.from_pretrained(tmp_path / "pila"))
-    assert torch.equal(run(pipe), ref)
+    assert_reproduces(run(pipe), ref)
 
 
 def test_incompatible_adapter_fails_clearly(tmp_path):
@@ -231,8 +238,8 @@ def test_wan_pila_pipeline_from_pretrained(tmp_path):
     pipe.set_progress_bar_config(disable=True)
     assert isinstance(pipe, WanPILAPipeline) and pipe.adapter is not None
     assert pipe.transformer_2 is not None and pipe.config.boundary_ratio == 0.875
-    assert torch.equal(run(pipe), ref)
-    assert torch.equal(run(pipe, pila_scale=0.0), run(base_pipe))
+    assert_reproduces(run(pipe), ref)
+    assert_reproduces(run(pipe, pila_scale=0.0), run(base_pipe))
     with pytest.raises(FileNotFoundError, match="Wan model not found"):
         WanPILAPipeline.from_pretrained(tmp_path / "missing")
 
