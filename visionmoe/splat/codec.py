@@ -584,6 +584,7 @@ def _prepare(kept: GaussianScene, w: torch.Tensor, sh_degree: int, n_in: int, re
 # count: measured on the shared scenes at 20x and 50x, the best pruned variant kept 1.0-1.6x as
 # many Gaussians as the merged cut had primitives (still merging where it pays).
 _PRUNE_KEEP_MERGED = (1.25, 1.6, 1.0)
+_KEEPS_ALL_SHARE = 0.9  # a cut with at least this share of the leaves as primitives "keeps every leaf"
 # When the cut keeps (nearly) every leaf, dropping the faintest few lets a finer rung fit
 # (playbot at 20x: 39.8 -> 40.5 dB). Each of the rungs one step finer than the base's (in
 # geometry, in appearance) and two steps finer in geometry (playbot at 10x: 46.9 dB there, 45.6
@@ -635,7 +636,7 @@ def _search_pruning(kept, w, base, target, sh_degree, n_in, ref_bytes, run, erro
     n = kept.num_gaussians
     qz = info[0]
     start = (qz.preset.geometry, qz.preset.appearance)
-    keeps_all = terminal >= 0.9 * n
+    keeps_all = terminal >= _KEEPS_ALL_SHARE * n
     if keeps_all:
         calib = len(data) / max(float(qz.plan.rate[info[1]]) + qz.fixed_bytes, 1.0)
         g, a = start
@@ -792,12 +793,11 @@ def _refine_and_encode(pyr, dense, meta, info, cameras, steps, target, prog, che
 
     qz, k, _terminal, _coded, _stats = info
     terms, prim = _cut_primitives(pyr, qz.plan, k)
-    names = _PARAMS
 
     def encode(refined):
         start = 0
         for lv, idx in enumerate(terms):
-            for n in names:
+            for n in _PARAMS:
                 getattr(pyr.levels[lv], n)[idx] = getattr(refined, n)[start: start + len(idx)].to(getattr(pyr.levels[lv], n).dtype)
             start += len(idx)
         _quantize_full(pyr, qz, meta)
@@ -869,8 +869,9 @@ def _num_pixels(cameras) -> int:
 def _allocate_and_encode(pyr, meta, target_bytes, preset_pin, seed, prog, timings, verify=None, start=None,
                          rates=None):
     """Rung choice (proxy hill climb, render-verified shortlist), cut tuning and the final encode:
-    -> (data, (qz, k, terminal, coded, stats)). ``rates``, if given, receives the estimated size
-    of every leaf at each rung evaluated (the chosen rung's finer neighbours included)."""
+    -> (data, (qz, k, terminal, coded, stats)). ``rates``, if given and the cut keeps (nearly)
+    every leaf, receives the estimated size of every leaf at each rung evaluated (the chosen
+    rung's finer neighbours included)."""
     t = time.perf_counter()
     cache, books, memo = {}, {}, {}
     samples = _samples(pyr, 16384, seed)
@@ -1031,16 +1032,17 @@ def _allocate_and_encode(pyr, meta, target_bytes, preset_pin, seed, prog, timing
         else:
             tuner.release()
     _, pi, tuner, k = best
-    if rates is not None:
-        for nxt in ((pi[0] + 1, pi[1]), (pi[0], pi[1] + 1), (pi[0] + 2, pi[1])):
-            if nxt[0] < len(GEOMETRY_LADDER) and nxt[1] < n_app:
-                evaluate(nxt)
-        rates.update({p: float(c[2].plan.rate[-1] + c[2].fixed_bytes) for p, c in cache.items()})
     t = time.perf_counter()
     k, _ = tuner.finish(k)
     data, terminal, coded, stats = tuner.full[k]
     timings["encode"] = timings.get("encode", 0) + time.perf_counter() - t
     prog("encode", 1, 1)
+    if rates is not None and sum(terminal) >= _KEEPS_ALL_SHARE * pyr.levels[-1].num_gaussians:
+        # only a cut that keeps (nearly) every leaf has its finer neighbours searched
+        for nxt in ((pi[0] + 1, pi[1]), (pi[0], pi[1] + 1), (pi[0] + 2, pi[1])):
+            if nxt[0] < len(GEOMETRY_LADDER) and nxt[1] < n_app:
+                evaluate(nxt)
+        rates.update({p: float(c[2].plan.rate[-1] + c[2].fixed_bytes) for p, c in cache.items()})
     return data, (tuner.qz, k, terminal, coded, stats)
 
 
