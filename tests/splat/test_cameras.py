@@ -121,3 +121,29 @@ def test_concat_keeps_order_and_rejects_mismatched_sizes():
         Cameras.concat([a, orbit_cameras(scene, num_views=1, width=8, height=16)])
     with pytest.raises(CameraError, match="at least one"):
         Cameras.concat([])
+
+
+def test_scaled_cameras_see_the_same_image_at_another_size():
+    """A point projects to factor x its pixel coordinates (corner origin) in the scaled cameras,
+    and a render at twice the size, averaged over 2x2 blocks, is close to the render at the size."""
+    from visionmoe.splat.render import render
+
+    scene = blob_scene(300)
+    scene.log_scales.fill_(-1.5)  # several pixels wide: the renderer's fixed 0.3 px blur is negligible
+    scene.opacity_logits.fill_(-2.0)
+    cams = orbit_cameras(scene, num_views=2, width=40, height=30)
+    big = cams.scaled(2)
+    assert (big.width, big.height) == (80, 60) and torch.equal(big.viewmats, cams.viewmats)
+    for i in range(2):
+        p = scene.means[7].double()
+        uv, _ = project(cams.viewmats[i].double(), cams.Ks[i].double(), p)
+        uv2, _ = project(big.viewmats[i].double(), big.Ks[i].double(), p)
+        torch.testing.assert_close(uv2, 2 * uv, atol=1e-4, rtol=1e-6)
+    with torch.no_grad():
+        small, large = render(scene, cams).colors, render(scene, big).colors
+    pooled = large.reshape(2, 30, 2, 40, 2, 3).mean((2, 4))
+    assert float((pooled - small).abs().mean()) < 0.07 * float(small.abs().mean())  # 5% here; 1 px off: 10%
+    assert cams.scaled(1.5).width == 60
+    for bad in (0, -1.0, float("nan"), "2"):
+        with pytest.raises(CameraError, match="scale factor"):
+            cams.scaled(bad)

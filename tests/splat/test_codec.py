@@ -212,17 +212,21 @@ def test_no_prune_search_when_every_leaf_fits_at_the_finest_rungs(asset, monkeyp
 
 def test_finer_geometry_checks_stop_at_the_first_rise(asset, caplog):
     """Finer geometry candidates (+2, +4, +6 on the proxy's rung) are render-checked in order and
-    the rest skipped once one renders worse than the rung below it (on the asset at 30x, both
-    in the base allocation and in pruned variants)."""
+    the rest skipped once one renders worse than the rung below it, or once the proxy rates one
+    more than 4x worse than its best (on the asset at 30x and 50x, both in the base allocation
+    and in pruned variants)."""
     import logging
     import re
 
     scene, cams, contrib = asset
     with caplog.at_level(logging.DEBUG, logger="visionmoe.splat.codec"):
-        compress(scene, ratio=30, cameras=cams, contributions=contrib, refine_steps=0)
-    runs, skips = [], 0
+        for ratio in (30, 50):
+            compress(scene, ratio=ratio, cameras=cams, contributions=contrib, refine_steps=0)
+    runs, skips, proxy_skips = [], 0, 0
     for rec in caplog.records:
         msg = rec.getMessage()
+        if msg.startswith("prune search") and runs and runs[-1]:
+            runs.append({})  # each search variant allocates afresh
         m = re.match(r"verify preset \((\d+), (\d+)\)(:| skipped)", msg)
         if not m:
             continue
@@ -230,15 +234,21 @@ def test_finer_geometry_checks_stop_at_the_first_rise(asset, caplog):
         if not runs or pi in runs[-1]:  # a rung verified again starts the next allocation
             runs.append({})
         if m[3] == " skipped":
-            skips += 1
             g0, a0 = next(iter(runs[-1]))  # the proxy's rung is verified first
             below, base = (pi[0] - 2, a0), (pi[0] - 4, a0)
-            assert pi[1] == a0 and pi[0] - g0 in (4, 6)
-            assert runs[-1].get(below) == "skipped" or runs[-1][below] > runs[-1][base]
+            assert pi[1] == a0 and pi[0] - g0 in (2, 4, 6)
+            proxy = re.search(r"proxy distortion ([\d.]+)x", msg)
+            if proxy:
+                proxy_skips += 1
+                assert float(proxy[1]) > 4.0
+            else:
+                skips += 1
+                assert pi[0] - g0 in (4, 6)
+                assert runs[-1].get(below) == "skipped" or runs[-1][below] > runs[-1][base]
             runs[-1][pi] = "skipped"
         else:
             runs[-1][pi] = float(msg.rsplit(" ", 1)[1])
-    assert skips >= 2
+    assert skips >= 1 and proxy_skips >= 2
 
 
 def test_contribution_renders_double_as_references(asset):
@@ -347,6 +357,24 @@ def test_refine_renders_bounded_interleaved_batches(asset, monkeypatch):
         assert torch.equal(got, want)
     with pytest.raises(ValueError, match="views_per_step"):
         refine(prim, scene, cams, steps=1, views_per_step=0)
+    for bad in (0, 1.5, -0.1):
+        with pytest.raises(ValueError, match="lr_final"):
+            refine(prim, scene, cams, steps=1, lr_final=bad)
+
+
+def test_refinement_views_are_twice_the_contribution_views_up_to_512_px(asset):
+    """The refinement renders the contribution views at twice their size (at most 512 px, never
+    below their own size), with as many views a step as fit 8 views of 512 px (1 to 16)."""
+    from visionmoe.splat.codec import _refinement_views
+
+    scene = asset[0]
+    for size, want, per_step in ((256, 512, 8), (128, 256, 16), (400, 512, 8), (512, 512, 8), (1024, 1024, 2),
+                                 (2048, 2048, 1)):
+        cams = default_cameras(scene, num_views=2, size=size)
+        got, n = _refinement_views(cams)
+        assert (got.width, got.height, n) == (want, want, per_step)
+        assert torch.equal(got.viewmats, cams.viewmats)
+        torch.testing.assert_close(got.Ks[:, :2], cams.Ks[:, :2] * want / size)
 
 
 def test_refine_check_stops_early_or_changes_nothing(asset):

@@ -77,6 +77,17 @@ class Cameras:
             self.width, self.height, self.near, self.far,
         )
 
+    def scaled(self, factor: float) -> Cameras:
+        """The same poses rendered at ``factor`` x the image size (focal lengths and principal
+        points scaled with it: the image's corner is the pixel coordinates' origin)."""
+        if not (isinstance(factor, (int, float)) and math.isfinite(factor) and factor > 0):
+            raise CameraError(f"scale factor must be a positive finite number, got {factor!r}")
+        width, height = max(1, round(self.width * factor)), max(1, round(self.height * factor))
+        Ks = self.Ks.clone()
+        Ks[:, 0, :] *= width / self.width
+        Ks[:, 1, :] *= height / self.height
+        return Cameras(self.viewmats, Ks, width, height, self.near, self.far)
+
     @property
     def centers(self) -> torch.Tensor:
         """[C, 3] camera centres in world coordinates."""

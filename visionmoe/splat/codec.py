@@ -378,7 +378,7 @@ def compress(
     device: str | torch.device | None = None,
     contributions: torch.Tensor | None = None,
     num_views: int = 16,
-    view_size: int = 256,
+    view_size: int | None = None,
     preset: tuple[int, int] | None = None,
     refine_steps: int | None = None,
     prune_threshold: float = 1 / 255,
@@ -394,7 +394,8 @@ def compress(
     float32 .ply), ``size`` (bytes), or ``psnr`` (dB, render vs render on the contribution
     views; found by bisection on the size). ``cameras``: a ``Cameras`` for contributions (and
     the PSNR search), default ``num_views`` orbit views of ``view_size`` pixels at 20 degrees of
-    elevation plus half as many at 45 and at 0 (``contribution.default_cameras``).
+    elevation plus half as many at 45 and at 0 (``contribution.default_cameras``); ``view_size``
+    None: 512 on scenes of at most 200k Gaussians, 256 above (``contribution.default_view_size``).
     ``contributions`` [N] skips rendering (precomputed per-Gaussian image-space contribution).
     ``preset`` pins the allocator's quality rungs ``(geometry, appearance)``. ``refine_steps``: Adam
     steps of the render-vs-original-render refinement of the chosen primitives, kept only if
@@ -444,9 +445,9 @@ def _compress(scene, ratio, size, psnr, cameras, device, contributions, num_view
     n_in = scene.num_gaussians
     ref_bytes = reference_ply_bytes(n_in, scene.sh_degree)
     if cameras is None and (contributions is None or psnr is not None or verify_views > 0 or refine_steps != 0):
-        from .contribution import default_cameras
+        from .contribution import default_cameras, default_view_size
         if cameras is None:
-            cameras = default_cameras(scene, num_views=num_views, size=view_size)
+            cameras = default_cameras(scene, num_views=num_views, size=view_size or default_view_size(n_in))
     # the scene's own renders on the verification and search views, taken from the contribution
     # renders when those are made here (or rendered once on first use)
     dev = device or "cpu"
@@ -736,17 +737,44 @@ _REFINE_CHECK_AT = 10
 _REFINE_MIN_GAIN = 0.1
 
 
+# The refinement (and the render checks that judge it) renders the contribution views at twice
+# their size, up to 512 px (never below their own size): at 256 px it fits what the pixels
+# average away.
+# Tarot at 20x (16 benchmark views of 512 px, then held-out poses at 32 and 8 degrees of
+# elevation and closer in): views of 256 px 32.57 dB (32.45 / 32.65 / 28.92), 384 px 33.33,
+# 512 px 33.53 (33.32 / 33.45 / 30.37), 768 px with 4 views a step 32.95. Each step renders at
+# most ``_REFINE_PIXELS_PER_STEP`` (8 views of 512 px: 16 a step gave 33.62 for 1.7x the time).
+_REFINE_SCALE = 2.0
+_REFINE_MAX_SIZE = 512
+_REFINE_PIXELS_PER_STEP = 8 * 512 * 512
+
+
+def _refinement_views(cameras):
+    """-> (the refinement's cameras: the contribution views rescaled, views per step)."""
+    factor = min(_REFINE_SCALE, max(1.0, _REFINE_MAX_SIZE / max(cameras.width, cameras.height)))
+    if factor > 1:
+        cameras = cameras.scaled(factor)
+    return cameras, max(1, min(16, _REFINE_PIXELS_PER_STEP // (cameras.width * cameras.height)))
+
+
 def _refine_checked(pyr, scene, meta, base, cameras, steps, device, prog, reference, skip_above_db=None):
     """Refine the chosen cut against the original scene's renders and keep the refined encoding
-    only if it renders closer to the original on the contribution views (up to 16), by at least
-    ``_REFINE_MIN_GAIN`` of the error (after the check's 10 steps and at the end).
+    only if it renders closer to the original on the contribution views (up to 16, at the
+    refinement's resolution), by at least ``_REFINE_MIN_GAIN`` of the error (after the check's
+    10 steps and at the end).
     ``reference(indices)``: the original's renders of those cameras."""
     from .render import render
 
     data, info = base
     dev = device or "cpu"
     idx = _view_indices(len(cameras), _SEARCH_VIEWS)
-    views, ref = cameras[idx], reference(idx)
+    rcams, per_step = _refinement_views(cameras)
+    views = rcams[idx]
+    if rcams is cameras:
+        ref = reference(idx)
+    else:
+        with torch.no_grad():
+            ref = render(scene.to(dev), views).colors
 
     def error(blob):
         with torch.no_grad():
@@ -757,8 +785,8 @@ def _refine_checked(pyr, scene, meta, base, cameras, steps, device, prog, refere
         logger.info("refinement skipped: %.1f dB on the contribution views already", -10 * math.log10(max(before, 1e-30)))
         return data, info
     goal = (1 - _REFINE_MIN_GAIN) * before
-    refined = _refine_and_encode(pyr, scene, meta, info, cameras, steps, len(data), prog,
-                                 check=lambda blob: error(blob) < goal)
+    refined = _refine_and_encode(pyr, scene, meta, info, rcams, steps, len(data), prog,
+                                 check=lambda blob: error(blob) < goal, views_per_step=per_step)
     if refined is None:
         logger.info("refinement stopped after %d of %d steps: it rendered less than %d%% closer", _REFINE_CHECK_AT,
                     steps, round(100 * _REFINE_MIN_GAIN))
@@ -784,7 +812,7 @@ def _cut_primitives(pyr: Pyramid, plan: CutPlan, k: int) -> tuple[list[torch.Ten
     return terms, prim
 
 
-def _refine_and_encode(pyr, dense, meta, info, cameras, steps, target, prog, check=None):
+def _refine_and_encode(pyr, dense, meta, info, cameras, steps, target, prog, check=None, views_per_step=16):
     """Optional compositing-aware refinement: a few render-vs-dense-render steps on the chosen
     cut's primitives (continuous parameters), written back into the pyramid, then re-encoded.
     ``check(encoded bytes) -> bool`` judges the encoding after ``_REFINE_CHECK_AT`` steps; False
@@ -803,7 +831,8 @@ def _refine_and_encode(pyr, dense, meta, info, cameras, steps, target, prog, che
         _quantize_full(pyr, qz, meta)
         return _tune_cut(pyr, qz, k, meta, target)
 
-    refined = refine(prim, dense, cameras, steps=steps, progress=lambda i, n: prog("refine", i, n),
+    refined = refine(prim, dense, cameras, steps=steps, views_per_step=views_per_step,
+                     progress=lambda i, n: prog("refine", i, n),
                      check=None if check is None else (lambda partial: check(encode(partial)[1])),
                      check_at=_REFINE_CHECK_AT, quantize=_terminal_quantizer(pyr, qz, meta, terms))
     if refined is None:
@@ -866,6 +895,14 @@ def _num_pixels(cameras) -> int:
     return int(c * cameras.width * cameras.height)
 
 
+# A finer geometry rung (+2, +4, +6 over the proxy's best) is not render-checked when the proxy
+# rates it this much worse: on the shared scenes at 5-50x the checked ones that won were at most
+# 2.6x worse by the proxy (fruit 20x: (11, 5) 2.6x, rendering 13x closer), the ones above 4x all
+# lost (2.3-100x worse rendered: guitar, plant, statue at 10x, playbot 20x, statue 5x), each
+# check costing a quantisation, an encode and 4 renders (3.4 s on playbot).
+_FINER_GEOMETRY_MAX_PROXY = 4.0
+
+
 def _allocate_and_encode(pyr, meta, target_bytes, preset_pin, seed, prog, timings, verify=None, start=None,
                          rates=None):
     """Rung choice (proxy hill climb, render-verified shortlist), cut tuning and the final encode:
@@ -924,6 +961,7 @@ def _allocate_and_encode(pyr, meta, target_bytes, preset_pin, seed, prog, timing
     # Render-verified choice: the proxy ranks the rungs; the best few (fitting) are encoded at
     # the budget, decoded and rendered on ``verify`` views, and the lowest real error wins.
     ranked = sorted(cache, key=lambda pi: cache[pi][0])
+    proxy_best = ranked[0]  # the hill climb's rung
     every_leaf = set()  # rungs verified with every leaf: they cannot spend more bytes without merging
     steps_up = {}  # finer geometry candidate -> the rung one step below it on the same ladder
     if verify and preset_pin is None:
@@ -975,8 +1013,17 @@ def _allocate_and_encode(pyr, meta, target_bytes, preset_pin, seed, prog, timing
     best = None  # ((miss, err), pi, tuner, k)
     scale = None  # full / probe size, measured once on the first (proxy-best) rung
     errors, skipped = {}, set()  # render error of each verified rung; candidates not verified
+
+    def _proxy(pi):
+        return float(cache[pi][2].plan.distortion[cache[pi][1]])
+
     for pi in shortlist:
         below = steps_up.get(pi)
+        if pi in steps_up and _proxy(pi) > _FINER_GEOMETRY_MAX_PROXY * _proxy(proxy_best):
+            skipped.add(pi)  # the rungs beyond it are skipped with it (below)
+            logger.debug("verify preset %s skipped: proxy distortion %.1fx the proxy's best", pi,
+                         _proxy(pi) / max(_proxy(proxy_best), 1e-30))
+            continue
         if below in steps_up and (below in skipped or (below in errors and steps_up[below] in errors
                                                          and errors[below] > errors[steps_up[below]])):
             # Each finer geometry rung merges more primitives. Along +2, +4, +6 the render error on

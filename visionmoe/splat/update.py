@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import logging
 
+import math
+
 import torch
 
 from ..ops.routing import segment_moments
@@ -89,7 +91,7 @@ def scene_extent(scene: GaussianScene) -> float:
 
 
 def refine(scene: GaussianScene, dense: GaussianScene, cameras, *, steps: int = 30, lr_scale: float = 1.0,
-           views_per_step: int = 16, progress=None, check=None, check_at: int = 0,
+           views_per_step: int = 16, lr_final: float = 0.1, progress=None, check=None, check_at: int = 0,
            quantize=None) -> GaussianScene | None:
     """Render-vs-dense-render refinement of ``scene`` (continuous parameters) through the
     differentiable rasteriser; returns the refined scene (inputs untouched).
@@ -105,11 +107,17 @@ def refine(scene: GaussianScene, dense: GaussianScene, cameras, *, steps: int = 
 
     Each step renders at most ``views_per_step`` of the cameras: with C cameras split into
     ``ceil(C / views_per_step)`` interleaved batches (every B-th camera), step i uses batch
-    i mod B, so a step's cost stays bounded and consecutive steps cover every pose."""
+    i mod B, so a step's cost stays bounded and consecutive steps cover every pose.
+
+    The rates follow a cosine from their full value at the first step to ``lr_final`` times
+    it at the last: the late steps settle instead of jittering by about a rate each (tarot at
+    20x, 30 steps at 512 px: 33.53 dB at constant rates, 34.05 decaying to 0.1x)."""
     from .render import render  # the differentiable rasteriser (visionmoe.ops.rasterize)
 
     if not (isinstance(views_per_step, int) and views_per_step >= 1):
         raise ValueError(f"views_per_step must be an int >= 1, got {views_per_step!r}")
+    if not (isinstance(lr_final, (int, float)) and 0 < lr_final <= 1):
+        raise ValueError(f"lr_final must be in (0, 1], got {lr_final!r}")
     num_batches = -(-len(cameras) // views_per_step)
     batches = [list(range(b, len(cameras), num_batches)) for b in range(num_batches)]
     with torch.no_grad():
@@ -118,7 +126,11 @@ def refine(scene: GaussianScene, dense: GaussianScene, cameras, *, steps: int = 
     extent = scene_extent(dense)
     opt = torch.optim.Adam([{"params": [params[k]], "lr": r * lr_scale * (extent if k == "means" else 1.0)}
                             for k, r in _RATES.items()])
+    base_lrs = [g["lr"] for g in opt.param_groups]
     for step in range(steps):
+        decay = lr_final + (1 - lr_final) * 0.5 * (1 + math.cos(math.pi * step / max(steps - 1, 1)))
+        for g, lr in zip(opt.param_groups, base_lrs):
+            g["lr"] = lr * decay
         opt.zero_grad()
         b = step % num_batches
         shown = dict(params)
