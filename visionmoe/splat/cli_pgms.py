@@ -74,8 +74,7 @@ def _add_target(p) -> None:
     g.add_argument("--size", type=_size, help="target file size in bytes (suffixes k, M)")
     g.add_argument("--psnr", type=_psnr, help="target PSNR in dB on the contribution views (bisection on size; slower)")
     p.add_argument("--views", type=_positive_int, default=16, help="orbit views for contributions at 20 degrees, plus half as many at 45 and at 0 (default 16)")
-    p.add_argument("--view-size", type=_positive_int, default=None,
-                   help="contribution view size in pixels (default 512 on scenes of at most 200k Gaussians, 256 above)")
+    p.add_argument("--view-size", type=_positive_int, default=256, help="contribution view size in pixels (default 256)")
     p.add_argument("--cameras", help="INRIA cameras.json to use instead of orbit views")
     p.add_argument("--device", default=None, help="device for rendering contributions (cpu, cuda; default: cuda if present)")
     p.add_argument("--preset", type=_preset, default=None, help="pin the allocator's rungs geometry,appearance (e.g. 4,4)")
@@ -90,12 +89,10 @@ def _add_target(p) -> None:
 def _compress(args, scene):
     from .cameras import load_cameras_json
     from .codec import compress
-    from .contribution import default_view_size
 
     cameras = None
     if args.cameras:
-        size = args.view_size or default_view_size(scene.num_gaussians)
-        cameras = load_cameras_json(args.cameras, width=size, height=size)
+        cameras = load_cameras_json(args.cameras, width=args.view_size, height=args.view_size)
     return compress(
         scene, ratio=args.ratio, size=args.size, psnr=args.psnr, cameras=cameras, device=args.device,
         num_views=args.views, view_size=args.view_size, preset=args.preset, progress=not args.quiet,

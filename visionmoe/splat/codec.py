@@ -378,7 +378,7 @@ def compress(
     device: str | torch.device | None = None,
     contributions: torch.Tensor | None = None,
     num_views: int = 16,
-    view_size: int | None = None,
+    view_size: int = 256,
     preset: tuple[int, int] | None = None,
     refine_steps: int | None = None,
     prune_threshold: float = 1 / 255,
@@ -394,8 +394,7 @@ def compress(
     float32 .ply), ``size`` (bytes), or ``psnr`` (dB, render vs render on the contribution
     views; found by bisection on the size). ``cameras``: a ``Cameras`` for contributions (and
     the PSNR search), default ``num_views`` orbit views of ``view_size`` pixels at 20 degrees of
-    elevation plus half as many at 45 and at 0 (``contribution.default_cameras``); ``view_size``
-    None: 512 on scenes of at most 200k Gaussians, 256 above (``contribution.default_view_size``).
+    elevation plus half as many at 45 and at 0 (``contribution.default_cameras``).
     ``contributions`` [N] skips rendering (precomputed per-Gaussian image-space contribution).
     ``preset`` pins the allocator's quality rungs ``(geometry, appearance)``. ``refine_steps``: Adam
     steps of the render-vs-original-render refinement of the chosen primitives, kept only if
@@ -445,9 +444,9 @@ def _compress(scene, ratio, size, psnr, cameras, device, contributions, num_view
     n_in = scene.num_gaussians
     ref_bytes = reference_ply_bytes(n_in, scene.sh_degree)
     if cameras is None and (contributions is None or psnr is not None or verify_views > 0 or refine_steps != 0):
-        from .contribution import default_cameras, default_view_size
+        from .contribution import default_cameras
         if cameras is None:
-            cameras = default_cameras(scene, num_views=num_views, size=view_size or default_view_size(n_in))
+            cameras = default_cameras(scene, num_views=num_views, size=view_size)
     # the scene's own renders on the verification and search views, taken from the contribution
     # renders when those are made here (or rendered once on first use)
     dev = device or "cpu"

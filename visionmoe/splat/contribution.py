@@ -15,7 +15,7 @@ import torch
 
 from .io import GaussianScene
 
-__all__ = ["default_cameras", "default_view_size", "image_contributions", "prune"]
+__all__ = ["default_cameras", "image_contributions", "prune"]
 
 
 # Orbit rings of the default views: (elevation in degrees, views as a fraction of num_views).
@@ -23,20 +23,6 @@ __all__ = ["default_cameras", "default_view_size", "image_contributions", "prune
 # rendered 60.5 dB there but 50.2 dB from 35 degrees (the Gaussians only other poses see were
 # pruned); with these three rings 56.4 / 56.3 dB, plant 64.2 / 58.3 -> 64.1 / 63.5 dB.
 _RINGS = ((20.0, 1.0), (45.0, 0.5), (0.0, 0.5))
-
-
-# Default view size: 512 px on scenes of at most this many Gaussians, 256 px above. The views'
-# pixels decide what PGMS keeps (contributions are pixel sums) and judge every render check, and
-# what 256 px averages away shows at 512: statue at 5x 59.8 -> 62.9 dB, plant at 20x
-# 36.2 -> 37.2, tarot at 20x 34.05 -> 34.57 (16 benchmark views of 512 px, refinement at 512 px
-# either way; tarot on held-out poses too, +0.5 dB). On small scenes the renders' cost is mostly per pixel; on playbot (500k) it is
-# mostly per Gaussian and 256 px keeps its encode time (the 30 s goal) in reach.
-_LARGE_VIEWS_MAX_GAUSSIANS = 200_000
-
-
-def default_view_size(num_gaussians: int) -> int:
-    """Side in pixels of the default contribution views of a scene of ``num_gaussians``."""
-    return 512 if num_gaussians <= _LARGE_VIEWS_MAX_GAUSSIANS else 256
 
 
 def default_cameras(scene: GaussianScene, *, num_views: int = 16, size: int = 256):
