@@ -362,6 +362,29 @@ def test_refine_renders_bounded_interleaved_batches(asset, monkeypatch):
             refine(prim, scene, cams, steps=1, lr_final=bad)
 
 
+def test_refine_rates_are_constant_or_follow_a_cosine_to_lr_final(asset, monkeypatch):
+    from visionmoe.splat.update import refine
+
+    scene = asset[0]
+    cams = default_cameras(scene, num_views=2, size=16)
+    prim = scene.subset(torch.arange(32))
+    seen = []
+    real_step = torch.optim.Adam.step
+
+    def spy(self, *a, **kw):
+        seen.append([g["lr"] for g in self.param_groups])
+        return real_step(self, *a, **kw)
+
+    monkeypatch.setattr(torch.optim.Adam, "step", spy)
+    refine(prim, scene, cams, steps=3)
+    assert seen[0] == seen[1] == seen[2]
+    base = seen[0]
+    seen.clear()
+    refine(prim, scene, cams, steps=3, lr_final=0.25)
+    for got, f in zip(seen, (1.0, 0.625, 0.25)):
+        assert got == pytest.approx([f * lr for lr in base], rel=1e-9)
+
+
 def test_refinement_views_are_twice_the_contribution_views_up_to_512_px(asset):
     """The refinement renders the contribution views at twice their size (at most 512 px, never
     below their own size), with as many views a step as fit 8 views of 512 px (1 to 16)."""
