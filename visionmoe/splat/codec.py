@@ -739,7 +739,7 @@ _REFINE_MIN_GAIN = 0.1
 # The refinement (and the render checks that judge it) renders the contribution views at twice
 # their size, up to 512 px (never below their own size): at 256 px it fits what the pixels
 # average away.
-# Tarot at 20x (16 benchmark views of 512 px, then held-out poses at 32 and 8 degrees of
+# Tarot at 20x, L1 loss (16 benchmark views of 512 px, then held-out poses at 32 and 8 degrees of
 # elevation and closer in): views of 256 px 32.57 dB (32.45 / 32.65 / 28.92), 384 px 33.33,
 # 512 px 33.53 (33.32 / 33.45 / 30.37), 768 px with 4 views a step 32.95. Each step renders at
 # most ``_REFINE_PIXELS_PER_STEP`` (8 views of 512 px: 16 a step gave 33.62 for 1.7x the time).
