@@ -1013,15 +1013,15 @@ def _allocate_and_encode(pyr, meta, target_bytes, preset_pin, seed, prog, timing
     scale = None  # full / probe size, measured once on the first (proxy-best) rung
     errors, skipped = {}, set()  # render error of each verified rung; candidates not verified
 
-    def _proxy(pi):
+    def proxy_distortion(pi):
         return float(cache[pi][2].plan.distortion[cache[pi][1]])
 
     for pi in shortlist:
         below = steps_up.get(pi)
-        if pi in steps_up and _proxy(pi) > _FINER_GEOMETRY_MAX_PROXY * _proxy(proxy_best):
+        if pi in steps_up and proxy_distortion(pi) > _FINER_GEOMETRY_MAX_PROXY * proxy_distortion(proxy_best):
             skipped.add(pi)  # the rungs beyond it are skipped with it (below)
             logger.debug("verify preset %s skipped: proxy distortion %.1fx the proxy's best", pi,
-                         _proxy(pi) / max(_proxy(proxy_best), 1e-30))
+                         proxy_distortion(pi) / max(proxy_distortion(proxy_best), 1e-30))
             continue
         if below in steps_up and (below in skipped or (below in errors and steps_up[below] in errors
                                                          and errors[below] > errors[steps_up[below]])):

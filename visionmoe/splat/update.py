@@ -10,15 +10,14 @@ contribution, with ``A`` the footprint area (product of the two largest scales).
 
 Refinement (:func:`refine`): a few Adam steps on the compressed scene's continuous parameters
 that minimise the mean squared difference between its renders and the original (dense)
-scene's renders through the differentiable rasteriser, on the views used for contributions. The surviving
-primitives take over the light of the pruned and merged ones (plant at 20x: +4.4 dB on those
-views, +3.9 dB on others).
+scene's renders through the differentiable rasteriser, on the views used for contributions.
+The surviving primitives take over the light of the pruned and merged ones (plant at 20x:
++4.4 dB on those views, +3.9 dB on others).
 """
 
 from __future__ import annotations
 
 import logging
-
 import math
 
 import torch
