@@ -14,6 +14,10 @@
 
 namespace {
 
+// The kernels touch no Python objects: callers on other threads (the PGMS encoder's
+// concurrent candidates) keep running while one renders.
+const auto kReleaseGil = py::call_guard<py::gil_scoped_release>();
+
 py::dict build_info() {
   py::dict info;
   info["cpu"] = true;
@@ -35,24 +39,24 @@ py::dict build_info() {
   return info;
 }
 
-#define VM_BIND_ROUTING(m, ns)                                   \
-  m.def("topk_route_fwd", &ns::topk_route_fwd);                  \
-  m.def("topk_route_bwd", &ns::topk_route_bwd);                  \
-  m.def("routing_plan", &ns::routing_plan);                      \
-  m.def("dispatch_fwd", &ns::dispatch_fwd);                      \
-  m.def("combine_fwd", &ns::combine_fwd);                        \
-  m.def("combine_bwd", &ns::combine_bwd);                        \
-  m.def("nearest_center_fwd", &ns::nearest_center_fwd);         \
-  m.def("segment_moments_fwd", &ns::segment_moments_fwd);       \
-  m.def("segment_moments_bwd", &ns::segment_moments_bwd);
+#define VM_BIND_ROUTING(m, ns)                                         \
+  m.def("topk_route_fwd", &ns::topk_route_fwd, kReleaseGil);           \
+  m.def("topk_route_bwd", &ns::topk_route_bwd, kReleaseGil);           \
+  m.def("routing_plan", &ns::routing_plan, kReleaseGil);               \
+  m.def("dispatch_fwd", &ns::dispatch_fwd, kReleaseGil);               \
+  m.def("combine_fwd", &ns::combine_fwd, kReleaseGil);                 \
+  m.def("combine_bwd", &ns::combine_bwd, kReleaseGil);                 \
+  m.def("nearest_center_fwd", &ns::nearest_center_fwd, kReleaseGil);   \
+  m.def("segment_moments_fwd", &ns::segment_moments_fwd, kReleaseGil); \
+  m.def("segment_moments_bwd", &ns::segment_moments_bwd, kReleaseGil);
 
-#define VM_BIND_RASTER(m, ns)                                    \
-  m.def("project_fwd", &ns::project_fwd);                        \
-  m.def("project_bwd", &ns::project_bwd);                        \
-  m.def("sh_fwd", &ns::sh_fwd);                                  \
-  m.def("sh_bwd", &ns::sh_bwd);                                  \
-  m.def("rasterize_fwd", &ns::rasterize_fwd);                    \
-  m.def("rasterize_bwd", &ns::rasterize_bwd);
+#define VM_BIND_RASTER(m, ns)                              \
+  m.def("project_fwd", &ns::project_fwd, kReleaseGil);     \
+  m.def("project_bwd", &ns::project_bwd, kReleaseGil);     \
+  m.def("sh_fwd", &ns::sh_fwd, kReleaseGil);               \
+  m.def("sh_bwd", &ns::sh_bwd, kReleaseGil);               \
+  m.def("rasterize_fwd", &ns::rasterize_fwd, kReleaseGil); \
+  m.def("rasterize_bwd", &ns::rasterize_bwd, kReleaseGil);
 
 }  // namespace
 

@@ -29,6 +29,24 @@ def test_prototype_search_matches_the_shared_op(d, k):
     torch.testing.assert_close(dist, dist_b, rtol=1e-4, atol=1e-4)
 
 
+def test_prototype_search_does_not_depend_on_the_thread_count():
+    """faiss's distances follow its BLAS split over threads (here they differ at 1 and 2 threads);
+    the search pins that split, so the same rows give the same answer at any torch thread count."""
+    g = torch.Generator().manual_seed(6)
+    x = torch.randn(20000, 24, generator=g) * torch.rand(20000, 1, generator=g)
+    c = torch.randn(512, 24, generator=g)
+    before = torch.get_num_threads()
+    try:
+        results = []
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            results.append(prototypes.nearest_center(x, c))
+    finally:
+        torch.set_num_threads(before)
+    (a, da), (b, db) = results
+    assert torch.equal(a, b) and torch.equal(da, db)
+
+
 def test_build_codebook_deterministic():
     g = torch.Generator().manual_seed(2)
     x, w = torch.randn(5000, 9, generator=g), torch.rand(5000, generator=g)

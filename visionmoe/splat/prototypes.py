@@ -26,12 +26,20 @@ def _faiss():
     return faiss
 
 
+# faiss ranks by |x|^2 + |c|^2 - 2 x.c from a BLAS product whose rounding depends on how many
+# threads split it: near-ties and exact ties (duplicate rows) then resolve differently (playbot
+# at 20x wrote other bytes with 1 thread than with 2). A fixed count makes the bytes independent
+# of the machine's cores and of the caller's torch threads (searching fixed blocks of rows on one
+# thread each was as exact but 10% slower on playbot at 20x).
+_FAISS_THREADS = 2
+
+
 def nearest_center(x: torch.Tensor, centers: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Index [N] (int64) of the nearest centre of each row and its squared distance [N] (exact)."""
     faiss = _faiss() if x.device.type == "cpu" else None
     if faiss is None or x.shape[0] == 0:
         return _nearest_center_op(x, centers)
-    faiss.omp_set_num_threads(max(1, torch.get_num_threads()))
+    faiss.omp_set_num_threads(_FAISS_THREADS)  # the calling thread's setting
     xs = x.detach().float().contiguous().numpy()
     index = faiss.IndexFlatL2(xs.shape[1])
     index.add(centers.detach().float().contiguous().numpy())
