@@ -14,8 +14,8 @@
 
 namespace {
 
-// The kernels touch no Python objects: callers on other threads (the PGMS encoder's
-// concurrent candidates) keep running while one renders.
+// The kernels touch no Python objects: they release the GIL, so the caller's other Python
+// threads (a data loader, a UI) keep running while one renders or routes.
 const auto kReleaseGil = py::call_guard<py::gil_scoped_release>();
 
 py::dict build_info() {

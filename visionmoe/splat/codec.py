@@ -8,13 +8,13 @@ allocation (preset + pyramid cut) -> tuning of the cut against real encoded byte
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
 import tempfile
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -360,10 +360,6 @@ class _Progress:
 # --------------------------------------------------------------------------- API
 
 
-def _no_progress(stage: str, done: int, total: int) -> None:
-    pass
-
-
 def _load(scene_or_path) -> GaussianScene:
     if isinstance(scene_or_path, GaussianScene):
         return scene_or_path.to("cpu")
@@ -503,9 +499,9 @@ def _compress(scene, ratio, size, psnr, cameras, device, contributions, num_view
 
         verify_spec = {"count": verify_candidates, "error": verify_error}
 
-    def run(target_bytes, pyr=pyr, meta=meta, start=None, stage_times=timings, pin=None, rates=None, progress=prog):
-        return _allocate_and_encode(pyr, meta, target_bytes, preset if pin is None else pin, seed, progress,
-                                    stage_times, verify_spec, start, rates)
+    def run(target_bytes, pyr=pyr, meta=meta, start=None, stage_times=timings, pin=None, rates=None):
+        return _allocate_and_encode(pyr, meta, target_bytes, preset if pin is None else pin, seed, prog, stage_times,
+                                    verify_spec, start, rates)
 
     if psnr is None:
         target = int(size if size is not None else ref_bytes / ratio)
@@ -524,8 +520,8 @@ def _compress(scene, ratio, size, psnr, cameras, device, contributions, num_view
                     return float((render(decoded.to(dev), scams).colors - sref[0]).pow(2).mean())
 
             data, info, kept, pyr, meta = _search_pruning(
-                kept, w, (data, info, pyr, meta), target, scene.sh_degree, n_in, ref_bytes, run, search_error,
-                prune_search, prog, rung_rates)
+                kept, w, (data, info, pyr, meta), target, scene.sh_degree, n_in, ref_bytes,
+                functools.partial(run, stage_times={}), search_error, prune_search, prog, rung_rates)
             timings["prune search"] = time.perf_counter() - t2
     else:
         data, info, target = _search_psnr(scene, pyr, meta, psnr, cameras, device, ref_bytes, run, prog, timings)
@@ -620,11 +616,6 @@ _PRUNE_KEEP_ALL_BELOW_DB = 60.0
 # The refill keeps the variant's rungs (more Gaussians at the same precision is what the keep
 # count was scaled for): no rung search and no render checks, a quarter of a full allocation.
 _PRUNE_REFILL_BELOW = 0.97
-# Variants encoded at once (threads: the kernels, faiss, torch and most numpy work release the
-# GIL), on scenes of at most this many kept Gaussians: each holds its own pyramid, and the
-# 2M-Gaussian scene of the memory benchmark stays within its budget with one at a time.
-_PRUNE_SEARCH_WORKERS = 2
-_PRUNE_CONCURRENT_MAX_LEAVES = 1_000_000
 
 
 def _search_pruning(kept, w, base, target, sh_degree, n_in, ref_bytes, run, error, tries, prog, rates):
@@ -666,7 +657,7 @@ def _search_pruning(kept, w, base, target, sh_degree, n_in, ref_bytes, run, erro
         idx = torch.sort(order[:m]).values
         sub, ws = kept.subset(idx), w[idx]
         p, mt = _prepare(sub, ws, sh_degree, n_in, ref_bytes)
-        d, inf = run(target, p, mt, start, stage_times={}, pin=pin, progress=_no_progress)
+        d, inf = run(target, p, mt, start, pin=pin)
         return [error(decompress(d)), d, inf, sub, p, mt]
 
     n_app = len(APPEARANCE_LADDER) if sh_degree > 0 else 1
@@ -686,49 +677,27 @@ def _search_pruning(kept, w, base, target, sh_degree, n_in, ref_bytes, run, erro
     base_c = best
     short = None  # the best-rendering variant that leaves budget unused (refilled below)
     tried = set()
-    variants = list(dict.fromkeys(v for v in variants if v[0] >= 16))[:tries]
-
-    def two_steps_up(pin):
-        return pin is not None and pin[0] == start[0] + 2
-
-    # The variants are independent encodes: they run concurrently (results taken in order, so
-    # the choice and the bytes do not depend on the timing), except a two-steps-finer rung,
-    # which waits for the one-step rung's verdict.
-    workers = _PRUNE_SEARCH_WORKERS if n <= _PRUNE_CONCURRENT_MAX_LEAVES else 1
-
-    def attempt_on_one_thread(m, pin):  # concurrent variants share the cores
-        torch.set_num_threads(1)  # torch's count and this thread's OpenMP kernels
-        return attempt(m, pin)
-
-    threads = torch.get_num_threads()
-    job_fn = attempt_on_one_thread if workers > 1 else attempt
+    variants = [v for v in variants if v[0] >= 16][:tries]
     won = set()  # pinned rungs whose variant was the best so far when tried
-    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="pgms-prune")
-    try:
-        futures = {v: pool.submit(job_fn, *v) for v in variants if not two_steps_up(v[1])}
-        for i, (m, pin) in enumerate(variants):
-            if two_steps_up(pin) and (start[0] + 1, pin[1]) not in won:
-                # two geometry steps up only where one step up won (as the rung checks stop at the
-                # first rise): playbot 20x, (6, 8) lost to (5, 9) and (7, 8) would cost 20 s
-                logger.debug("prune search: %s skipped, one geometry step finer did not win", pin)
-                continue
-            tried.add((m, pin))
-            prog("prune search", i, len(variants))
-            job = futures.pop((m, pin), None) or pool.submit(job_fn, m, pin)
-            cand = job.result()
-            logger.debug("prune search: keep %d at %s -> %d bytes, verify MSE %.3g", m, pin or "any rung",
-                         len(cand[1]), cand[0])
-            if pin is not None and key(cand) < key(best):
-                won.add(pin)
-            # only the leaders stay referenced: a variant holds a whole pyramid and its symbols
-            if (len(cand[1]) < _PRUNE_REFILL_BELOW * target and cand[0] < base_c[0]
-                    and (short is None or cand[0] < short[0])):
-                short = cand
-            best = min(best, cand, key=key)
-            del job, cand
-    finally:
-        pool.shutdown(cancel_futures=True)  # waits for a running variant
-        torch.set_num_threads(threads)
+    for i, (m, pin) in enumerate(variants):
+        if (m, pin) in tried:
+            continue
+        if pin is not None and pin[0] == start[0] + 2 and (start[0] + 1, pin[1]) not in won:
+            # two geometry steps up only where one step up won (as the rung checks stop at the
+            # first rise): playbot 20x, (6, 8) lost to (5, 9) and (7, 8) would cost 20 s
+            logger.debug("prune search: %s skipped, one geometry step finer did not win", pin)
+            continue
+        tried.add((m, pin))
+        prog("prune search", i, len(variants))
+        cand = attempt(m, pin)
+        logger.debug("prune search: keep %d at %s -> %d bytes, verify MSE %.3g", m, pin or "any rung", len(cand[1]),
+                     cand[0])
+        if pin is not None and key(cand) < key(best):
+            won.add(pin)
+        # only the leaders stay referenced: a variant holds a whole pyramid and its symbols
+        if len(cand[1]) < _PRUNE_REFILL_BELOW * target and cand[0] < base_c[0] and (short is None or cand[0] < short[0]):
+            short = cand
+        best = min(best, cand, key=key)
     prog("prune search", len(variants), len(variants))
     if short is not None:
         m = short[3].num_gaussians
