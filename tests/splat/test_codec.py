@@ -413,6 +413,21 @@ def test_refinement_views_are_twice_the_contribution_views_up_to_512_px(asset):
         torch.testing.assert_close(got.Ks[:, :2], cams.Ks[:, :2] * want / size)
 
 
+def test_auto_refinement_runs_60_steps_with_rates_decaying_to_a_tenth(asset, monkeypatch):
+    import visionmoe.splat.update as update
+
+    scene, cams, contrib = asset
+    seen, real = {}, update.refine
+
+    def spy(prim, dense, cameras, **kw):
+        seen.update(kw)
+        return real(prim, dense, cameras, **dict(kw, steps=2))  # the schedule, not the fit, is under test
+
+    monkeypatch.setattr(update, "refine", spy)
+    compress(scene, ratio=50, cameras=cams, contributions=contrib)
+    assert seen["steps"] == 60 and seen["lr_final"] == 0.1
+
+
 def test_refine_check_stops_early_or_changes_nothing(asset):
     """A failing check after k steps stops the refinement (None); a passing one leaves the
     optimiser's path alone: the result is bit-identical to a run without a check."""

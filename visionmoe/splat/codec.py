@@ -399,8 +399,8 @@ def compress(
     ``preset`` pins the allocator's quality rungs ``(geometry, appearance)``. ``refine_steps``: Adam
     steps of the render-vs-original-render refinement of the chosen primitives, kept only if
     the re-encoded result renders closer to the original on the contribution views; None
-    (default) runs 30 steps for ratio/size targets on cuts of at most 150k primitives that
-    render below 48 dB, 0 turns it off. The allocator's best
+    (default) runs 60 steps (rates decaying to a tenth) for ratio/size targets on cuts of at
+    most 150k primitives that render below 48 dB, 0 turns it off. The allocator's best
     ``verify_candidates`` presets (by its contribution-weighted proxy) are encoded at the target
     and the one with the lowest render error on ``verify_views`` of the views is kept (0: trust
     the proxy). ``prune_search`` > 0: unless the cut keeps every leaf at the finest rungs, up to that
@@ -711,16 +711,20 @@ def _search_pruning(kept, w, base, target, sh_degree, n_in, ref_bytes, run, erro
     return tuple(best[1:])
 
 
-# Refinement by default: 30 Adam steps at the 3DGS training rates, quantisation-aware (render
+# Refinement by default: Adam at the 3DGS training rates, quantisation-aware (30 steps, render
 # MSE on the 16 search views, before -> after: plant at 20x 3.4e-4 -> 1.3e-4, tarot at 20x
 # 7.3e-4 -> 2.8e-4, guitar at 20x 2.35e-5 -> 1.46e-5), on cuts of at most 150k primitives
 # (about 2 s per step per 60k primitives on one CPU thread; playbot at 50x, 181k: +0.3 dB for
 # 145 s) that render below 48 dB on those views: above, Adam's first steps (each parameter
 # moves by about its rate) cost more than the rest recover (guitar at 10x, 52.8 dB, and fruit
 # at 20x, 45 dB, rendered no closer after 10 steps, where the check stops them). Twice the
-# steps bought tarot at 20x 0.44 dB more (32.57 -> 33.01) for twice the time; twice the rates
-# lost 0.13 dB.
-_AUTO_REFINE_STEPS = 30
+# rates lost 0.13 dB.
+# 60 steps whose rates follow a cosine down to a tenth (16 benchmark views of 512 px): tarot at
+# 20x 33.82 -> 34.79 dB, plant at 50x 28.41 -> 28.84, statue at 20x 36.46 -> 37.04, for about
+# 1.5x the encode time (tarot 20x 63 -> 93 s). 60 steps at constant rates gave tarot 34.29; the
+# decay over 30 steps lost plant at 50x 1.8 dB (its merged cut needs the full rates for longer).
+_AUTO_REFINE_STEPS = 60
+_REFINE_LR_FINAL = 0.1
 _AUTO_REFINE_BELOW_DB = 48.0
 _AUTO_REFINE_MAX_PRIMITIVES = 150_000
 # The refinement's re-encoding is judged once after 10 steps too, and stopped there if it renders
@@ -830,7 +834,7 @@ def _refine_and_encode(pyr, dense, meta, info, cameras, steps, target, prog, che
         _quantize_full(pyr, qz, meta)
         return _tune_cut(pyr, qz, k, meta, target)
 
-    refined = refine(prim, dense, cameras, steps=steps, views_per_step=views_per_step,
+    refined = refine(prim, dense, cameras, steps=steps, views_per_step=views_per_step, lr_final=_REFINE_LR_FINAL,
                      progress=lambda i, n: prog("refine", i, n),
                      check=None if check is None else (lambda partial: check(encode(partial)[1])),
                      check_at=_REFINE_CHECK_AT, quantize=_terminal_quantizer(pyr, qz, meta, terms))
