@@ -398,6 +398,32 @@ def test_refine_rates_are_constant_or_follow_a_cosine_to_lr_final(asset, monkeyp
         assert got == pytest.approx([f * lr for lr in base], rel=1e-9)
 
 
+def test_refine_keep_best_returns_the_pass_before_a_codeword_jump(asset):
+    """A decoded parameter that jumps (here every colour, from the 6th step on) is not taken
+    back by the straight-through gradient: keep_best returns the parameters of the pass with the
+    lowest loss, as they were rendered, and by default the last ones come back."""
+    from visionmoe.splat.update import refine
+
+    scene = asset[0]
+    cams = default_cameras(scene, num_views=4, size=32)
+    prim = scene.subset(torch.arange(0, scene.num_gaussians, 4))
+    shown = []
+
+    def jumping(s):
+        shown.append({k: getattr(s, k).clone() for k in ("means", "sh_dc")})
+        return {"sh_dc": s.sh_dc + (2.0 if len(shown) > 10 else 0.0)}  # 2 steps per pass: pass 6 on
+
+    kept = refine(prim, scene, cams, steps=16, views_per_step=2, quantize=jumping, keep_best=True)
+    ends = [i for i in range(1, 10, 2)]  # the steps that ended a pass before the jump
+    assert any(torch.equal(kept.sh_dc, shown[i]["sh_dc"]) and torch.equal(kept.means, shown[i]["means"]) for i in ends)
+    shown.clear()
+    last = refine(prim, scene, cams, steps=16, views_per_step=2, quantize=jumping)
+    assert not torch.equal(last.sh_dc, kept.sh_dc)
+    shown.clear()
+    plain = refine(prim, scene, cams, steps=4, views_per_step=2, keep_best=True)  # no jump: the last pass is kept
+    assert torch.equal(plain.sh_dc, refine(prim, scene, cams, steps=4, views_per_step=2).sh_dc)
+
+
 def test_refinement_views_are_twice_the_contribution_views_up_to_512_px(asset):
     """The refinement renders the contribution views at twice their size (at most 512 px, never
     below their own size), with as many views a step as fit 8 views of 512 px (1 to 16)."""
@@ -413,7 +439,7 @@ def test_refinement_views_are_twice_the_contribution_views_up_to_512_px(asset):
         torch.testing.assert_close(got.Ks[:, :2], cams.Ks[:, :2] * want / size)
 
 
-def test_auto_refinement_runs_60_steps_with_rates_decaying_to_a_tenth(asset, monkeypatch):
+def test_auto_refinement_runs_80_steps_with_rates_decaying_to_3_percent(asset, monkeypatch):
     import visionmoe.splat.update as update
 
     scene, cams, contrib = asset
@@ -425,7 +451,7 @@ def test_auto_refinement_runs_60_steps_with_rates_decaying_to_a_tenth(asset, mon
 
     monkeypatch.setattr(update, "refine", spy)
     compress(scene, ratio=50, cameras=cams, contributions=contrib)
-    assert seen["steps"] == 60 and seen["lr_final"] == 0.1
+    assert seen["steps"] == 80 and seen["lr_final"] == 0.03
 
 
 def test_refine_check_stops_early_or_changes_nothing(asset):

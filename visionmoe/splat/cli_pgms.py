@@ -80,7 +80,7 @@ def _add_target(p) -> None:
     p.add_argument("--preset", type=_preset, default=None, help="pin the allocator's rungs geometry,appearance (e.g. 4,4)")
     p.add_argument("--refine-steps", type=_refine_steps, default=None,
                    help="render-vs-original refinement steps on the chosen primitives, kept only if they help "
-                        "(default auto: 60 on cuts of at most 150k primitives below 48 dB; 0: off, faster)")
+                        "(default auto: 80 on cuts of at most 150k primitives below 48 dB; 0: off, faster)")
     p.add_argument("--prune-search", type=_nonnegative_int, default=3,
                    help="pruned variants render-checked against a merged cut (default 3; 0: off, faster)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
