@@ -310,7 +310,7 @@ def test_refinement_is_kept_only_when_it_renders_closer(asset, monkeypatch):
         return float((render(decompress(res.data), cams).colors - ref).pow(2).mean())
 
     assert "refine" in auto.timings and "refine" not in plain.timings
-    assert err(auto) < 0.995 * err(plain)  # fruit at 50x (28 dB on these 16 views): refinement helps (-1.3%)
+    assert err(auto) < 0.9 * err(plain)  # fruit at 50x (28.7 dB on these 8 views): refinement helps (-37%)
     assert auto.target_met
 
     def harmful(prim, dense, cameras, **kw):  # a refinement that only hurts is thrown away
