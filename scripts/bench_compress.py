@@ -13,6 +13,8 @@ the encode time per stage.
     python scripts/bench_compress.py --scenes-dir ../shared/scenes --out out/bench   # the issue's setting: 16 views, 512 px
     python scripts/bench_compress.py --views 8 --size 384 --no-peers                  # quicker
     python scripts/bench_compress.py --scenes path/to/a.ply --targets 10,20,50 --no-peers
+    python scripts/bench_compress.py --plot-table README.md --out docs/bench_compress_rd.png
+        # only redraws the plot, from a table whose rows come from several runs
 
 Peers need Node 22: the script looks for ``splat-transform`` in $SPLAT_TRANSFORM, then in
 ``--node-dir`` (default out/node, git-ignored), and otherwise installs
@@ -112,8 +114,20 @@ def main() -> int:
     ap.add_argument("--node-dir", default=str(REPO / "out" / "node"))
     ap.add_argument("--no-peers", action="store_true")
     ap.add_argument("--no-install", action="store_true", help="do not npm-install the peers' tool")
+    ap.add_argument("--plot-table", help="only redraw the plot from this markdown file's table rows (to --out if it names a .png, "
+                         "else OUT/rd.png)")
     args = ap.parse_args()
     out = Path(args.out)
+    if args.plot_table:
+        rows = rows_from_markdown(Path(args.plot_table).read_text())
+        if not rows:
+            print(f"error: no benchmark table rows in {args.plot_table}", file=sys.stderr)
+            return 2
+        png = out if out.suffix == ".png" else out / "rd.png"
+        png.parent.mkdir(parents=True, exist_ok=True)
+        plot(rows, png, args)
+        print(f"wrote {png} from {len(rows)} rows")
+        return 0
     out.mkdir(parents=True, exist_ok=True)
     targets = [float(t) for t in args.targets.split(",")]
     tool = None if args.no_peers else find_splat_transform(Path(args.node_dir), not args.no_install)
@@ -197,6 +211,23 @@ def main() -> int:
     plot(rows, out / "rd.png", args)
     print(f"wrote {out / 'results.md'}, {out / 'results.json'}, {out / 'rd.png'}")
     return 0
+
+
+def rows_from_markdown(text: str) -> list[dict]:
+    """The main table's rows (scene, method, bytes, ratio, PSNR, SSIM, PSNR other views) of a
+    results.md (or of README, where rows of several runs are merged)."""
+    import re
+
+    num = r"\s*([\d.,]+)x?\s*"
+    pat = re.compile(r"^\|\s*(\S+)\s*\|\s*(PGMS [\d.]+x|SPZ|compressed\.ply|SOG(?: \(SH0\))?)\s*\|" + (num + "\\|") * 5)
+    rows = []
+    for line in text.splitlines():
+        m = pat.match(line)
+        if m:
+            scene, method, nbytes, ratio, p, s, po = m.groups()
+            rows.append({"scene": scene, "method": method, "bytes": int(nbytes.replace(",", "")), "ratio": float(ratio),
+                         "psnr": float(p), "ssim": float(s), "psnr_other": float(po)})
+    return rows
 
 
 def plot(rows, path: Path, args) -> None:
