@@ -414,7 +414,7 @@ def test_refine_keep_best_returns_the_pass_before_a_codeword_jump(asset):
         return {"sh_dc": s.sh_dc + (2.0 if len(shown) > 10 else 0.0)}  # 2 steps per pass: pass 6 on
 
     kept = refine(prim, scene, cams, steps=16, views_per_step=2, quantize=jumping, keep_best=True)
-    ends = [i for i in range(1, 10, 2)]  # the steps that ended a pass before the jump
+    ends = list(range(1, 10, 2))  # the steps that ended a pass before the jump
     assert any(torch.equal(kept.sh_dc, shown[i]["sh_dc"]) and torch.equal(kept.means, shown[i]["means"]) for i in ends)
     shown.clear()
     last = refine(prim, scene, cams, steps=16, views_per_step=2, quantize=jumping)
