@@ -153,12 +153,13 @@ def refine(scene: GaussianScene, dense: GaussianScene, cameras, *, steps: int = 
         # +0.09, guitar 50x -0.11, the rest within 0.06
         loss = (out - targets[b]).pow(2).mean()
         loss.backward()
-        pass_loss += float(loss.detach())
-        if b == num_batches - 1:  # a pass over every camera ends here
-            if keep_best and pass_loss < best_loss:
-                best_loss = pass_loss
-                best_pass = step, {k: v.detach().clone() for k, v in params.items()}  # as rendered
-            pass_loss = 0.0
+        if keep_best:
+            pass_loss += float(loss.detach())
+            if b == num_batches - 1:  # a pass over every camera ends here
+                if pass_loss < best_loss:
+                    best_loss = pass_loss
+                    best_pass = step, {k: v.detach().clone() for k, v in params.items()}  # as rendered
+                pass_loss = 0.0
         opt.step()
         if progress is not None:
             progress(step + 1, steps)
