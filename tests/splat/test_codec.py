@@ -546,3 +546,101 @@ def test_memoised_quantisation_matches_fresh_across_rungs():
             assert a.keys() == b.keys()
             for name in a:
                 assert np.array_equal(a[name], b[name]), (pi, name)
+
+
+def test_drop_leaves_keeps_the_tree_of_the_kept_leaves(asset):
+    """Dropping leaves removes them and every interior node left without a leaf; the kept nodes
+    keep their parameters, and weights, child counts and distortions are those of the kept
+    leaves (distortion recomputed here leaf by leaf)."""
+    from visionmoe.splat.pyramid import _pair_error_terms, _terms, drop_leaves
+
+    scene, _, contrib = asset
+    kept, w = prune(scene, contrib)
+    pyr = build_pyramid(kept, w)
+    n, L = pyr.levels[-1].num_gaussians, pyr.num_levels
+    keep = torch.rand(n, generator=torch.Generator().manual_seed(0)) > 0.3
+    keep[:200] = False  # a run of Morton-adjacent leaves: whole groups go, and their parents
+    sub, index = drop_leaves(pyr, keep)
+    assert torch.equal(index[-1], keep.nonzero().squeeze(1))
+    assert any(len(index[lv]) < pyr.levels[lv].num_gaussians for lv in range(L - 1))
+    for lv in range(L):
+        for name in ("means", "quats", "log_scales", "opacity_logits", "sh_dc", "sh_rest"):
+            assert torch.equal(getattr(sub.levels[lv], name), getattr(pyr.levels[lv], name)[index[lv]])
+    for lv in range(1, L):
+        assert torch.equal(index[lv - 1][sub.parent[lv]], pyr.parent[lv][index[lv]])
+        assert torch.equal(sub.child_count[lv - 1], torch.bincount(sub.parent[lv], minlength=len(index[lv - 1])))
+        assert int(sub.child_count[lv - 1].min()) >= 1
+    leaves, wl = sub.levels[-1], sub.weight[-1]
+    anc = torch.arange(leaves.num_gaussians)
+    ta = _terms(leaves)
+    for lv in range(L - 2, -1, -1):
+        anc = sub.parent[lv + 1][anc]
+        weight = torch.zeros(len(index[lv])).index_add_(0, anc, wl)
+        exact = torch.zeros(len(index[lv]), dtype=torch.float64).index_add_(
+            0, anc, (_pair_error_terms(ta, _terms(sub.levels[lv].subset(anc))) * wl).double())
+        assert torch.allclose(sub.weight[lv], weight, rtol=1e-5)
+        assert torch.allclose(sub.distortion[lv].double(), exact, rtol=1e-3, atol=1e-6 * float(exact.max()))
+    src = pyr.leaf_order[index[-1]]
+    assert torch.equal(torch.sort(src).values[sub.leaf_order], src)
+    with pytest.raises(ValueError, match="keep must have shape"):
+        drop_leaves(pyr, keep[:-1])
+
+
+def test_pinned_variant_symbols_are_the_base_trees(asset):
+    """With the base's codebooks, quantising the tree without some leaves afresh gives exactly
+    the base's symbols of the surviving nodes (closed loop on unchanged decoded parents): the
+    pruning search's pinned variants reuse them instead of quantising again."""
+    from visionmoe.splat import codec
+    from visionmoe.splat.pyramid import drop_leaves
+
+    scene, _, contrib = asset
+    kept, w = prune(scene, contrib)
+    pyr, meta = codec._prepare(kept, w, scene.sh_degree, scene.num_gaussians, reference_ply_bytes(scene.num_gaussians, 3))
+    for rungs in ((9, 6), (12, 13)):  # an SH codebook; per-primitive SH
+        books, memo = {}, {}
+        base = codec._estimate(pyr, make_preset(*rungs), meta, codec._samples(pyr, 16384, 0), 0, books, memo)
+        codec._quantize_full(pyr, base, meta, memo)
+        order = torch.argsort(pyr.weight[-1], descending=True, stable=True)
+        keep = torch.zeros(pyr.levels[-1].num_gaussians, dtype=torch.bool)
+        keep[order[: int(0.9 * len(order))]] = True
+        sub, index = drop_leaves(pyr, keep)
+        fresh = codec._estimate(sub, base.preset, meta, codec._samples(sub, 16384, 0), 0, {})
+        fresh.shape_cb, fresh.sh_cb = base.shape_cb, base.sh_cb  # the base's codebooks
+        assert fresh.keep is not None and not (fresh.keep & ~base.keep[index[-1].numpy()]).any()
+        codec._quantize_full(sub, fresh, meta)
+        reused = codec._restrict_symbols(base.symbols, index, fresh.keep)
+        for lv, (a, b) in enumerate(zip(fresh.symbols, reused)):
+            assert a.keys() == b.keys(), lv
+            for name in a:
+                assert np.array_equal(a[name], b[name]), (rungs, lv, name)
+
+
+def test_prune_search_threads_change_no_byte(asset):
+    """The pinned variants run on two threads; a serial run writes the same bytes (on the asset
+    at 6x the base keeps every leaf and both finer rungs are tried)."""
+    from concurrent.futures import Future
+
+    from visionmoe.splat import codec
+
+    class Serial:
+        def __init__(self, max_workers):
+            pass
+
+        def submit(self, fn, *args):
+            f = Future()
+            f.set_result(fn(*args))
+            return f
+
+        def shutdown(self, wait=True, cancel_futures=False):
+            pass
+
+    scene, cams, contrib = asset
+    threaded = compress(scene, ratio=6, cameras=cams, contributions=contrib, refine_steps=0)
+    real = codec.ThreadPoolExecutor
+    codec.ThreadPoolExecutor = Serial
+    try:
+        serial = compress(scene, ratio=6, cameras=cams, contributions=contrib, refine_steps=0)
+    finally:
+        codec.ThreadPoolExecutor = real
+    assert threaded.data == serial.data
+    assert threaded.pruned > 0  # a pruned variant won

@@ -117,3 +117,21 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path, capsys, argv_tail, message):
 def test_python_m_entry_point_usage_error():
     proc = subprocess.run([sys.executable, "-m", "visionmoe.splat", "render"], capture_output=True, text=True)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and "--out" in proc.stderr
+
+
+def test_several_views_render_as_each_view_alone():
+    """Several cameras are binned one thread per camera, one camera by rows of tiles: the
+    images are the same bits either way."""
+    from pgms_helpers import ASSET
+
+    from visionmoe.splat.contribution import default_cameras
+    from visionmoe.splat.io import read_ply
+
+    scene = read_ply(ASSET)
+    cams = default_cameras(scene, num_views=4, size=96)
+    with torch.no_grad():
+        together = render(scene, cams, return_contributions=True)
+        for i in range(len(cams)):
+            alone = render(scene, cams[[i]], return_contributions=True)
+            assert torch.equal(together.colors[i], alone.colors[0])
+            assert torch.equal(together.contributions[i], alone.contributions[0])

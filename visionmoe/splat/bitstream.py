@@ -688,12 +688,14 @@ def _memoised(memo: dict | None, key, compute, last_only: bool = False):
     for results as large as the level (seven floats per node for the relabelling)."""
     if memo is None:
         return compute()
-    if key not in memo:
+    value = memo.get(key)
+    if value is None:  # (the encoder may quantise two rungs on two threads: no step assumes
+        value = compute()  # the entry it stored is still there)
         if last_only:
-            for k in [k for k in memo if k[0] == key[0]]:
-                del memo[k]
-        memo[key] = compute()
-    return memo[key]
+            for k in [k for k in list(memo) if k[0] == key[0]]:
+                memo.pop(k, None)
+        memo[key] = value
+    return value
 
 
 def decorrelate_dc(r: np.ndarray) -> np.ndarray:

@@ -15,6 +15,7 @@ import os
 import tempfile
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from . import bitstream as bs
 from .allocator import APPEARANCE_LADDER, GEOMETRY_LADDER, CutPlan, Preset, make_preset, plan_cut, symbol_bits
 from .io import GaussianScene, SceneError, read_ply
 from .prototypes import build_codebook, shape_features
-from .pyramid import Pyramid, build_pyramid, pair_error
+from .pyramid import Pyramid, build_pyramid, drop_leaves, pair_error
 
 logger = logging.getLogger(__name__)
 
@@ -499,29 +500,28 @@ def _compress(scene, ratio, size, psnr, cameras, device, contributions, num_view
 
         verify_spec = {"count": verify_candidates, "error": verify_error}
 
-    def run(target_bytes, pyr=pyr, meta=meta, start=None, stage_times=timings, pin=None, rates=None):
+    def run(target_bytes, pyr=pyr, meta=meta, start=None, stage_times=timings, pin=None, state=None):
         return _allocate_and_encode(pyr, meta, target_bytes, preset if pin is None else pin, seed, prog, stage_times,
-                                    verify_spec, start, rates)
+                                    verify_spec, start, state)
 
     if psnr is None:
         target = int(size if size is not None else ref_bytes / ratio)
-        rung_rates = {}
-        data, info = run(target, rates=rung_rates)
+        rung_state = {}
+        data, info = run(target, state=rung_state)
         if prune_search > 0 and verify_spec is not None:
             t2 = time.perf_counter()
             # judged on every contribution view (up to 16): 4 views missed the damage of pruning
             sidx = _view_indices(len(cameras), _SEARCH_VIEWS)
-            scams, sref = cameras[sidx], []
+            scams, sref = cameras[sidx], reference(sidx)  # (before the search's threads)
 
             def search_error(decoded):
                 with torch.no_grad():
-                    if not sref:
-                        sref.append(reference(sidx))
-                    return float((render(decoded.to(dev), scams).colors - sref[0]).pow(2).mean())
+                    return float((render(decoded.to(dev), scams).colors - sref).pow(2).mean())
 
             data, info, kept, pyr, meta = _search_pruning(
                 kept, w, (data, info, pyr, meta), target, scene.sh_degree, n_in, ref_bytes,
-                functools.partial(run, stage_times={}), search_error, prune_search, prog, rung_rates)
+                functools.partial(run, stage_times={}), search_error, prune_search, prog, rung_state, seed)
+            rung_state.clear()  # the base tree's estimates and symbols
             timings["prune search"] = time.perf_counter() - t2
     else:
         data, info, target = _search_psnr(scene, pyr, meta, psnr, cameras, device, ref_bytes, run, prog, timings)
@@ -618,7 +618,7 @@ _PRUNE_KEEP_ALL_BELOW_DB = 60.0
 _PRUNE_REFILL_BELOW = 0.97
 
 
-def _search_pruning(kept, w, base, target, sh_degree, n_in, ref_bytes, run, error, tries, prog, rates):
+def _search_pruning(kept, w, base, target, sh_degree, n_in, ref_bytes, run, error, tries, prog, state, seed):
     """Pruning instead of merging, render-checked: -> (data, info, kept, pyr, meta) of the best.
 
     A merged primitive covers pixels its members never did (a visible blob), while dropping a
@@ -629,7 +629,7 @@ def _search_pruning(kept, w, base, target, sh_degree, n_in, ref_bytes, run, erro
     uses less than ``_PRUNE_REFILL_BELOW`` of the target is refilled once at its rungs: keep
     count scaled by target / size).
     ``error`` maps a decoded scene to its render MSE against the original on every search view.
-    ``rates``: the base run's estimated size of every leaf at each rung it evaluated.
+    ``state``: what the base run left for the pinned variants (see ``_allocate_and_encode``).
     """
     data, info, pyr, meta = base
     terminal = sum(info[2])
@@ -637,6 +637,7 @@ def _search_pruning(kept, w, base, target, sh_degree, n_in, ref_bytes, run, erro
     qz = info[0]
     start = (qz.preset.geometry, qz.preset.appearance)
     keeps_all = terminal >= _KEEPS_ALL_SHARE * n
+    rates = state.get("rates", {})
     if keeps_all:
         calib = len(data) / max(float(qz.plan.rate[info[1]]) + qz.fixed_bytes, 1.0)
         g, a = start
@@ -655,6 +656,9 @@ def _search_pruning(kept, w, base, target, sh_degree, n_in, ref_bytes, run, erro
 
     def attempt(m, pin=None):
         idx = torch.sort(order[:m]).values
+        if pin is not None and pin in state.get("estimates", {}):
+            d, inf, p = _encode_pinned_variant(pyr, meta, state, pin, torch.isin(pyr.leaf_order, idx), target, seed)
+            return [error(decompress(d)), d, inf, kept.subset(idx), p, meta]
         sub, ws = kept.subset(idx), w[idx]
         p, mt = _prepare(sub, ws, sh_degree, n_in, ref_bytes)
         d, inf = run(target, p, mt, start, pin=pin)
@@ -663,41 +667,64 @@ def _search_pruning(kept, w, base, target, sh_degree, n_in, ref_bytes, run, erro
     n_app = len(APPEARANCE_LADDER) if sh_degree > 0 else 1
     if keeps_all and start == (len(GEOMETRY_LADDER) - 1, n_app - 1):
         return data, info, kept, pyr, meta
-    best = [error(decompress(data)), data, info, kept, pyr, meta]
-    logger.debug("prune search: cut of %d primitives over %d leaves, %d bytes, verify MSE %.3g", terminal, n,
-                 len(data), best[0])
-    if keeps_all and best[0] < 10 ** (-_PRUNE_KEEP_ALL_BELOW_DB / 10):
-        logger.debug("prune search skipped: every leaf kept at %.1f dB", -10 * math.log10(max(best[0], 1e-30)))
-        return data, info, kept, pyr, meta
-    # rate contract first, as in the rung choice: a pruned variant must land in [0.95, 1] x
-    # target to replace the base (whose own shortfall, if any, the rung choice accepted)
-    def key(c):
-        return (0 if c is base_c or 0.95 * target <= len(c[1]) <= target else 1, c[0])
-
-    base_c = best
-    short = None  # the best-rendering variant that leaves budget unused (refilled below)
-    tried = set()
     variants = [v for v in variants if v[0] >= 16][:tries]
-    won = set()  # pinned rungs whose variant was the best so far when tried
-    for i, (m, pin) in enumerate(variants):
-        if (m, pin) in tried:
-            continue
-        if pin is not None and pin[0] == start[0] + 2 and (start[0] + 1, pin[1]) not in won:
-            # two geometry steps up only where one step up won (as the rung checks stop at the
-            # first rise): playbot 20x, (6, 8) lost to (5, 9) and (7, 8) would cost 20 s
-            logger.debug("prune search: %s skipped, one geometry step finer did not win", pin)
-            continue
-        tried.add((m, pin))
-        prog("prune search", i, len(variants))
-        cand = attempt(m, pin)
-        logger.debug("prune search: keep %d at %s -> %d bytes, verify MSE %.3g", m, pin or "any rung", len(cand[1]),
-                     cand[0])
-        if pin is not None and key(cand) < key(best):
-            won.add(pin)
-        # only the leaders stay referenced: a variant holds a whole pyramid and its symbols
-        if len(cand[1]) < _PRUNE_REFILL_BELOW * target and cand[0] < base_c[0] and (short is None or cand[0] < short[0]):
-            short = cand
-        best = min(best, cand, key=key)
+    # The pinned variants one step finer (in geometry, in appearance) do not depend on each
+    # other's outcome: they are encoded and render-checked on two threads (most of an encode is
+    # single-threaded numpy and entropy coding, which overlaps the other's renders), each on its
+    # own copy of the base's search memo; the results are those of a serial run. Where the rung
+    # checks rendered the base well below the skip level, they start while the base renders.
+    independent = list(dict.fromkeys(v for v in variants if v[1] is not None and v[1][0] != start[0] + 2
+                                     and v[1] in state.get("estimates", {})))
+    pool = ThreadPoolExecutor(max_workers=2) if len(independent) > 1 else None
+    futures = {}
+
+    def launch():
+        futures.update({v: pool.submit(attempt, *v) for v in independent})
+
+    if pool is not None and state.get("error", 0.0) > 10 ** (-(_PRUNE_KEEP_ALL_BELOW_DB - 3) / 10):
+        launch()
+    try:
+        best = [error(decompress(data)), data, info, kept, pyr, meta]
+        logger.debug("prune search: cut of %d primitives over %d leaves, %d bytes, verify MSE %.3g", terminal, n,
+                     len(data), best[0])
+        if keeps_all and best[0] < 10 ** (-_PRUNE_KEEP_ALL_BELOW_DB / 10):
+            logger.debug("prune search skipped: every leaf kept at %.1f dB", -10 * math.log10(max(best[0], 1e-30)))
+            return data, info, kept, pyr, meta
+        if pool is not None and not futures:
+            launch()
+
+        # rate contract first, as in the rung choice: a pruned variant must land in [0.95, 1] x
+        # target to replace the base (whose own shortfall, if any, the rung choice accepted)
+        def key(c):
+            return (0 if c is base_c or 0.95 * target <= len(c[1]) <= target else 1, c[0])
+
+        base_c = best
+        short = None  # the best-rendering variant that leaves budget unused (refilled below)
+        tried = set()
+        won = set()  # pinned rungs whose variant was the best so far when tried
+        for i, (m, pin) in enumerate(variants):
+            if (m, pin) in tried:
+                continue
+            if pin is not None and pin[0] == start[0] + 2 and (start[0] + 1, pin[1]) not in won:
+                # two geometry steps up only where one step up won (as the rung checks stop at the
+                # first rise): playbot 20x, (6, 8) lost to (5, 9) and (7, 8) would cost 20 s
+                logger.debug("prune search: %s skipped, one geometry step finer did not win", pin)
+                continue
+            tried.add((m, pin))
+            prog("prune search", i, len(variants))
+            cand = futures.pop((m, pin)).result() if (m, pin) in futures else attempt(m, pin)
+            logger.debug("prune search: keep %d at %s -> %d bytes, verify MSE %.3g", m, pin or "any rung",
+                         len(cand[1]), cand[0])
+            if pin is not None and key(cand) < key(best):
+                won.add(pin)
+            # only the leaders stay referenced: a variant holds a whole pyramid and its symbols
+            if (len(cand[1]) < _PRUNE_REFILL_BELOW * target and cand[0] < base_c[0]
+                    and (short is None or cand[0] < short[0])):
+                short = cand
+            best = min(best, cand, key=key)
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
     prog("prune search", len(variants), len(variants))
     if short is not None:
         m = short[3].num_gaussians
@@ -709,6 +736,44 @@ def _search_pruning(kept, w, base, target, sh_degree, n_in, ref_bytes, run, erro
             logger.debug("prune search: refill keep %d -> %d bytes, verify MSE %.3g", m2, len(cand[1]), cand[0])
             best = min(best, cand, key=key)
     return tuple(best[1:])
+
+
+def _encode_pinned_variant(pyr, meta, state, pin, leaf_keep, target, seed):
+    """A pinned pruning variant on the base's own tree: ``pyr`` without the leaves outside
+    ``leaf_keep`` (:func:`drop_leaves`), coded at rung ``pin`` with the base's codebooks, so
+    every surviving node's symbols are the base's (the decoded parents do not change) and only
+    the cut is tuned afresh: -> (data, info, pyramid). Building a new tree over the kept
+    Gaussians and quantising it anew cost playbot at 20x 8.3 s per variant."""
+    qb = state["estimates"][pin]
+    if not qb.symbols:
+        _quantize_full(pyr, qb, meta, {k: dict(v) for k, v in state["memo"].items()})  # a copy per thread
+    sub, index = drop_leaves(pyr, leaf_keep)
+    books = {k: v for k, v in state["books"].items() if isinstance(k, tuple)}  # codebooks, not per-tree orders
+    qz = _estimate(sub, qb.preset, meta, _samples(sub, 16384, seed), seed, books)
+    qz.plan = plan_cut(sub.child_count, sub.parent, qz.cost, qz.node_bytes)
+    fine_base = None if qb.keep is None else qb.keep[index[-1].numpy()]
+    same_books = (np.array_equal(qz.shape_cb, qb.shape_cb) and type(qz.sh_cb) is type(qb.sh_cb)
+                  and (qz.sh_cb == qb.sh_cb if isinstance(qz.sh_cb, bs.ShGrid) else np.array_equal(qz.sh_cb, qb.sh_cb)))
+    if same_books and (qz.keep is None) == (fine_base is None) and (qz.keep is None or not (qz.keep & ~fine_base).any()):
+        qz.symbols = _restrict_symbols(qb.symbols, index, qz.keep)
+    else:  # a codebook retrained on the smaller tree, or a leaf newly given SH: quantise afresh
+        _quantize_full(sub, qz, meta)
+    k = qz.plan.best_within(target - qz.fixed_bytes)
+    k, data, terminal, coded, stats = _tune_cut(sub, qz, k, meta, target)
+    return data, (qz, k, terminal, coded, stats), sub
+
+
+def _restrict_symbols(symbols: list[dict], index: list[torch.Tensor], sh_keep: np.ndarray | None) -> list[dict]:
+    """Per-level symbols of the kept nodes (``index``: kept node indices per level); the leaves
+    outside ``sh_keep`` (a subset of the base's) lose their view-dependent SH."""
+    out = [{name: v[idx.numpy()] for name, v in sym.items()} for sym, idx in zip(symbols, index)]
+    fine = out[-1]
+    if "sh_flag" in fine and sh_keep is not None:
+        fine["sh_flag"] = sh_keep.astype(np.int64)
+        for name in ("sh_idx", "sh_q"):
+            if name in fine:
+                fine[name][~sh_keep] = 0
+    return out
 
 
 # Refinement by default: Adam at the 3DGS training rates, quantisation-aware (30 steps, render
@@ -910,11 +975,13 @@ _FINER_GEOMETRY_MAX_PROXY = 4.0
 
 
 def _allocate_and_encode(pyr, meta, target_bytes, preset_pin, seed, prog, timings, verify=None, start=None,
-                         rates=None):
+                         state=None):
     """Rung choice (proxy hill climb, render-verified shortlist), cut tuning and the final encode:
-    -> (data, (qz, k, terminal, coded, stats)). ``rates``, if given and the cut keeps (nearly)
-    every leaf, receives the estimated size of every leaf at each rung evaluated (the chosen
-    rung's finer neighbours included)."""
+    -> (data, (qz, k, terminal, coded, stats)). ``state``, if given and the cut keeps (nearly)
+    every leaf, receives what the pruning search's pinned variants reuse: ``rates``, the
+    estimated size of every leaf at each rung evaluated (the chosen rung's finer neighbours
+    included); ``estimates``, the neighbours' RD estimates on this pyramid; ``books`` and
+    ``memo``, the codebooks and the nearest-prototype searches made here."""
     t = time.perf_counter()
     cache, books, memo = {}, {}, {}
     samples = _samples(pyr, 16384, seed)
@@ -1023,79 +1090,102 @@ def _allocate_and_encode(pyr, meta, target_bytes, preset_pin, seed, prog, timing
     def proxy_distortion(pi):
         return float(cache[pi][2].plan.distortion[cache[pi][1]])
 
-    for pi in shortlist:
-        below = steps_up.get(pi)
-        if pi in steps_up and proxy_distortion(pi) > _FINER_GEOMETRY_MAX_PROXY * proxy_distortion(proxy_best):
-            skipped.add(pi)  # the rungs beyond it are skipped with it (below)
-            logger.debug("verify preset %s skipped: proxy distortion %.1fx the proxy's best", pi,
-                         proxy_distortion(pi) / max(proxy_distortion(proxy_best), 1e-30))
-            continue
-        if below in steps_up and (below in skipped or (below in errors and steps_up[below] in errors
-                                                         and errors[below] > errors[steps_up[below]])):
-            # Each finer geometry rung merges more primitives. Along +2, +4, +6 the render error on
-            # the shared scenes at 5-50x never fell again once it had risen (playbot 20x: +2 was
-            # 18x worse than the proxy's rung, +4 and +6 as bad): stop at the first rise.
-            skipped.add(pi)
-            logger.debug("verify preset %s skipped: finer geometry already rendered worse", pi)
-            continue
-        _, k, qz = cache[pi]
-        t = time.perf_counter()
-        _quantize_full(pyr, qz, meta, memo)
-        timings["quantize"] = timings.get("quantize", 0) + time.perf_counter() - t
-        t = time.perf_counter()
-        prog("encode", 0, 1)
-        tuner = _CutTuner(pyr, qz, meta, target_bytes)
-        err = 0.0
-        if verify and len(shortlist) > 1:
-            k, size, probe_data = tuner.probe(k, scale)
-            if scale is None:  # one full encode calibrates the probe sizes for every rung
-                scale = tuner.full_size(k) / max(size, 1)
-                if not 0.97 * target_bytes <= tuner.full_size(k) <= target_bytes:
-                    k, size, probe_data = tuner.probe(k, scale)
-            size = tuner.full_size(k) if k in tuner.full else scale * size
-            timings["encode"] = timings.get("encode", 0) + time.perf_counter() - t
+    # While a rung is probed and rendered, the next rung sure to be checked is quantised on a
+    # second thread (quantisation is mostly single-threaded numpy): one ahead at most (two
+    # quantisations at once only contend; playbot 20x: no gain).
+    certain = [pi for pi in shortlist if pi not in steps_up or (
+        steps_up[pi] not in steps_up
+        and proxy_distortion(pi) <= _FINER_GEOMETRY_MAX_PROXY * proxy_distortion(proxy_best))]
+    ahead = ThreadPoolExecutor(max_workers=1) if verify and len(certain) > 1 else None
+    quantized = {}  # rung -> future of its quantisation
+    try:
+        for pi in shortlist:
+            below = steps_up.get(pi)
+            if pi in steps_up and proxy_distortion(pi) > _FINER_GEOMETRY_MAX_PROXY * proxy_distortion(proxy_best):
+                skipped.add(pi)  # the rungs beyond it are skipped with it (below)
+                logger.debug("verify preset %s skipped: proxy distortion %.1fx the proxy's best", pi,
+                             proxy_distortion(pi) / max(proxy_distortion(proxy_best), 1e-30))
+                continue
+            if below in steps_up and (below in skipped or (below in errors and steps_up[below] in errors
+                                                             and errors[below] > errors[steps_up[below]])):
+                # Each finer geometry rung merges more primitives. Along +2, +4, +6 the render error on
+                # the shared scenes at 5-50x never fell again once it had risen (playbot 20x: +2 was
+                # 18x worse than the proxy's rung, +4 and +6 as bad): stop at the first rise.
+                skipped.add(pi)
+                logger.debug("verify preset %s skipped: finer geometry already rendered worse", pi)
+                continue
+            _, k, qz = cache[pi]
             t = time.perf_counter()
-            err = verify["error"](decompress(probe_data))
-            timings["verify"] = timings.get("verify", 0) + time.perf_counter() - t
-            logger.debug("verify preset %s: ~%d bytes, render MSE %.3g", pi, size, err)
-        else:
-            k, size = tuner.finish(k)
-            timings["encode"] = timings.get("encode", 0) + time.perf_counter() - t
-        # rate contract first (never over the target, at most 5% under), then the real error; a
-        # rung holding every leaf may land further under (the finer rung would have to merge)
-        miss = size > target_bytes or (size < 0.95 * target_bytes and pi not in every_leaf)
-        if verify and len(shortlist) > 1 and miss and size < target_bytes and (best is None or err < best[0][1]):
-            # short on the probe's estimate (calibrated on another rung) yet rendering best so
-            # far: tune it on real bytes before ruling it out (fruit at 20x: a rung estimated
-            # 7.5% short rendered 13x closer than every rung in the window)
+            if pi in quantized:
+                quantized.pop(pi).result()
+            else:
+                _quantize_full(pyr, qz, meta, memo)
+            if ahead is not None and pi in certain:  # overlaps this rung's encodes and renders
+                nxt = certain[certain.index(pi) + 1:][:1]
+                if nxt and nxt[0] not in quantized:
+                    quantized[nxt[0]] = ahead.submit(_quantize_full, pyr, cache[nxt[0]][2], meta, memo)
+            timings["quantize"] = timings.get("quantize", 0) + time.perf_counter() - t
             t = time.perf_counter()
-            k, size = tuner.finish(k)
-            timings["encode"] = timings.get("encode", 0) + time.perf_counter() - t
-            err = verify["error"](decompress(tuner.full[k][0]))
-            if k >= tuner.kmax:  # it holds every leaf after all
-                every_leaf.add(pi)
+            prog("encode", 0, 1)
+            tuner = _CutTuner(pyr, qz, meta, target_bytes)
+            err = 0.0
+            if verify and len(shortlist) > 1:
+                k, size, probe_data = tuner.probe(k, scale)
+                if scale is None:  # one full encode calibrates the probe sizes for every rung
+                    scale = tuner.full_size(k) / max(size, 1)
+                    if not 0.97 * target_bytes <= tuner.full_size(k) <= target_bytes:
+                        k, size, probe_data = tuner.probe(k, scale)
+                size = tuner.full_size(k) if k in tuner.full else scale * size
+                timings["encode"] = timings.get("encode", 0) + time.perf_counter() - t
+                t = time.perf_counter()
+                err = verify["error"](decompress(probe_data))
+                timings["verify"] = timings.get("verify", 0) + time.perf_counter() - t
+                logger.debug("verify preset %s: ~%d bytes, render MSE %.3g", pi, size, err)
+            else:
+                k, size = tuner.finish(k)
+                timings["encode"] = timings.get("encode", 0) + time.perf_counter() - t
+            # rate contract first (never over the target, at most 5% under), then the real error; a
+            # rung holding every leaf may land further under (the finer rung would have to merge)
             miss = size > target_bytes or (size < 0.95 * target_bytes and pi not in every_leaf)
-            logger.debug("verify preset %s tuned on real bytes: %d bytes (%s), render MSE %.3g", pi, size,
-                         "every leaf" if k >= tuner.kmax else f"{k} of {tuner.kmax} splits", err)
-        errors[pi] = err
-        if best is None or (miss, err) < best[0]:
-            if best is not None:
-                best[2].release()
-            best = ((miss, err), pi, tuner, k)
-        else:
-            tuner.release()
+            if verify and len(shortlist) > 1 and miss and size < target_bytes and (best is None or err < best[0][1]):
+                # short on the probe's estimate (calibrated on another rung) yet rendering best so
+                # far: tune it on real bytes before ruling it out (fruit at 20x: a rung estimated
+                # 7.5% short rendered 13x closer than every rung in the window)
+                t = time.perf_counter()
+                k, size = tuner.finish(k)
+                timings["encode"] = timings.get("encode", 0) + time.perf_counter() - t
+                err = verify["error"](decompress(tuner.full[k][0]))
+                if k >= tuner.kmax:  # it holds every leaf after all
+                    every_leaf.add(pi)
+                miss = size > target_bytes or (size < 0.95 * target_bytes and pi not in every_leaf)
+                logger.debug("verify preset %s tuned on real bytes: %d bytes (%s), render MSE %.3g", pi, size,
+                             "every leaf" if k >= tuner.kmax else f"{k} of {tuner.kmax} splits", err)
+            errors[pi] = err
+            if best is None or (miss, err) < best[0]:
+                if best is not None:
+                    best[2].release()
+                best = ((miss, err), pi, tuner, k)
+            else:
+                tuner.release()
+    finally:
+        if ahead is not None:
+            ahead.shutdown(wait=True, cancel_futures=True)
     _, pi, tuner, k = best
     t = time.perf_counter()
     k, _ = tuner.finish(k)
     data, terminal, coded, stats = tuner.full[k]
     timings["encode"] = timings.get("encode", 0) + time.perf_counter() - t
     prog("encode", 1, 1)
-    if rates is not None and sum(terminal) >= _KEEPS_ALL_SHARE * pyr.levels[-1].num_gaussians:
+    if state is not None and sum(terminal) >= _KEEPS_ALL_SHARE * pyr.levels[-1].num_gaussians:
         # only a cut that keeps (nearly) every leaf has its finer neighbours searched
-        for nxt in ((pi[0] + 1, pi[1]), (pi[0], pi[1] + 1), (pi[0] + 2, pi[1])):
-            if nxt[0] < len(GEOMETRY_LADDER) and nxt[1] < n_app:
-                evaluate(nxt)
-        rates.update({p: float(c[2].plan.rate[-1] + c[2].fixed_bytes) for p, c in cache.items()})
+        nbrs = [nxt for nxt in ((pi[0] + 1, pi[1]), (pi[0], pi[1] + 1), (pi[0] + 2, pi[1]))
+                if nxt[0] < len(GEOMETRY_LADDER) and nxt[1] < n_app]
+        for nxt in nbrs:
+            evaluate(nxt)
+        state["rates"] = {p: float(c[2].plan.rate[-1] + c[2].fixed_bytes) for p, c in cache.items()}
+        state["estimates"] = {p: cache[p][2] for p in nbrs}
+        state["books"], state["memo"] = books, memo
+        state["error"] = errors.get(pi, 0.0)  # the chosen rung's render check (0: not checked)
     return data, (tuner.qz, k, terminal, coded, stats)
 
 

@@ -23,7 +23,7 @@ from ._math import SH_C0, covariance
 from .io import GaussianScene
 from .update import merge
 
-__all__ = ["Pyramid", "build_pyramid", "pair_error", "morton_codes", "GEOMETRY_CONTRAST"]
+__all__ = ["Pyramid", "build_pyramid", "drop_leaves", "pair_error", "morton_codes", "GEOMETRY_CONTRAST"]
 
 # Squared colour error charged when a Gaussian's footprint moves off its own place
 # (1 - Bhattacharyya overlap). Calibrated against renders of the shared scenes: smaller values
@@ -182,3 +182,49 @@ def build_pyramid(scene: GaussianScene, weights: torch.Tensor, *, branching: int
             dist[lv].index_add_(0, a, err.double())
     pyr.distortion = [d.float() for d in dist] + [torch.zeros(levels[-1].num_gaussians)]
     return pyr
+
+
+def drop_leaves(pyr: Pyramid, keep: torch.Tensor) -> tuple[Pyramid, list[torch.Tensor]]:
+    """The pyramid without the leaves outside ``keep`` [N] (bool), and without the interior nodes
+    left with no leaf below: -> (pyramid, index of each kept node in ``pyr`` per level).
+
+    Kept interior nodes keep their merged parameters (the moments of every original leaf below,
+    the dropped ones included): only leaves are dropped, so a cut through every leaf renders
+    exactly the kept leaves, and the tree's codes for the surviving nodes do not change (the
+    pruning search reuses the base's quantisation). Weights, child counts and distortions
+    (error against the kept leaves) are those of the smaller tree. ``leaf_order`` indexes the
+    kept leaves' source rows in ascending order (``pyr.leaf_order[keep]`` sorted)."""
+    keep = keep.to(torch.bool)
+    if keep.shape != (pyr.levels[-1].num_gaussians,):
+        raise ValueError(f"keep must have shape ({pyr.levels[-1].num_gaussians},), got {tuple(keep.shape)}")
+    L = pyr.num_levels
+    alive = [keep]
+    for lv in range(L - 1, 0, -1):
+        up = torch.zeros(pyr.levels[lv - 1].num_gaussians, dtype=torch.bool)
+        up[pyr.parent[lv][alive[0]]] = True
+        alive.insert(0, up)
+    index = [a.nonzero().squeeze(1) for a in alive]
+    remap = [torch.cumsum(a.to(torch.int64), 0) - 1 for a in alive]
+    parents = [torch.zeros(0, dtype=torch.int64)] + [remap[lv - 1][pyr.parent[lv][index[lv]]] for lv in range(1, L)]
+    levels = [pyr.levels[lv].subset(index[lv]) for lv in range(L)]
+    wts = [pyr.weight[-1][index[-1]]]
+    for lv in range(L - 1, 0, -1):
+        wts.insert(0, torch.zeros(len(index[lv - 1])).index_add_(0, parents[lv], wts[0]))
+    child_count = [torch.bincount(parents[lv + 1], minlength=len(index[lv])) for lv in range(L - 1)]
+    child_count.append(torch.zeros(len(index[-1]), dtype=torch.int64))
+    # the dropped leaves' share of each surviving ancestor's distortion
+    dist = [pyr.distortion[lv].double().clone() for lv in range(L - 1)]
+    gone = (~keep).nonzero().squeeze(1)
+    leaves, w_leaf = pyr.levels[-1], pyr.weight[-1]
+    for s in range(0, len(gone), _CHUNK):
+        g = gone[s: s + _CHUNK]
+        ta, anc = _terms(leaves.subset(g)), g
+        for lv in range(L - 2, -1, -1):
+            anc = pyr.parent[lv + 1][anc]
+            err = _pair_error_terms(ta, _terms(pyr.levels[lv].subset(anc))) * w_leaf[g]
+            dist[lv].index_add_(0, anc, -err.double())
+    distortion = [dist[lv][index[lv]].clamp_min(0).float() for lv in range(L - 1)]
+    distortion.append(torch.zeros(len(index[-1])))
+    src = pyr.leaf_order[index[-1]]
+    leaf_order = torch.searchsorted(torch.sort(src).values, src)
+    return Pyramid(levels, wts, parents, child_count, distortion, leaf_order, wts[-1]), index
