@@ -41,6 +41,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from visionmoe.splat.cameras import orbit_cameras  # noqa: E402
+from visionmoe.splat.cli import keep_freed_memory  # noqa: E402
 from visionmoe.splat.codec import compress, decompress, reference_ply_bytes  # noqa: E402
 from visionmoe.splat.contribution import default_cameras, image_contributions  # noqa: E402
 from visionmoe.splat.io import read_ply  # noqa: E402
@@ -102,6 +103,7 @@ def scene_paths(args) -> list[Path]:
 
 
 def main() -> int:
+    keep_freed_memory()  # as the visionmoe-splat command line does: encode times are the CLI's
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scenes", nargs="*", help=".ply files (default: every *.ply.xz in --scenes-dir)")
     ap.add_argument("--scenes-dir", default=str(REPO.parent / "shared" / "scenes"))

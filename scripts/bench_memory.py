@@ -60,7 +60,10 @@ def child(args) -> None:
     import torch
 
     torch.set_num_threads(args.threads)
+    from visionmoe.splat.cli import keep_freed_memory
     from visionmoe.splat.codec import compress, decompress
+
+    keep_freed_memory()  # as the visionmoe-splat command line does (freed memory stays resident)
 
     t = time.perf_counter()
     scene = synthetic_scene(args.gaussians, args.degree, args.seed)

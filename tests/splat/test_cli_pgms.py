@@ -126,3 +126,14 @@ def test_decompress_into_missing_folder(pgms_file, tmp_path, capsys):
     _, pgms = pgms_file
     assert main(["decompress", str(pgms), "-o", str(tmp_path / "no" / "x.ply")]) == 2
     assert "does not exist" in one_error_line(capsys, "decompress")
+
+
+def test_cli_keeps_freed_memory_on_glibc():
+    """The command line asks glibc's malloc to reuse freed memory (fewer page faults); it says
+    whether that applied, and elsewhere it is a no-op."""
+    import platform
+
+    from visionmoe.splat.cli import keep_freed_memory
+
+    applied = keep_freed_memory()
+    assert applied is (platform.system() == "Linux" and platform.libc_ver()[0] == "glibc")

@@ -156,8 +156,27 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     return (CLIError, SceneError, CameraError, RenderError, ExtensionNotBuiltError, ValueError, OSError)
 
 
+def keep_freed_memory() -> bool:
+    """Ask glibc's malloc to serve large blocks from the heap and keep freed memory for reuse
+    (``M_MMAP_MAX`` 0, ``M_TRIM_THRESHOLD`` 2 GB) instead of mapping fresh, zeroed pages for
+    every large array: the encoder allocates and frees arrays of the scene's size thousands of
+    times. Playbot at 20x in a fresh process: 1.3M page faults -> 0.45M, 27 -> 22 s of encoding
+    (peak RSS +10%). Process-wide, so only the command line does it. -> whether it applied."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):  # not glibc
+        return False
+    m_trim_threshold, m_mmap_max = -1, -4  # glibc's malloc.h
+    return bool(mallopt(m_mmap_max, 0)) and bool(mallopt(m_trim_threshold, 2**31 - 1))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit status (0 success, 2 bad input)."""
+    keep_freed_memory()
     parser = build_parser()
     args = parser.parse_args(argv)  # usage errors: argparse prints one line and exits 2
     try:
