@@ -615,12 +615,17 @@ def test_pinned_variant_symbols_are_the_base_trees(asset):
                 assert np.array_equal(a[name], b[name]), (rungs, lv, name)
 
 
-def test_prune_search_threads_change_no_byte(asset):
-    """The pinned variants run on two threads; a serial run writes the same bytes (on the asset
-    at 6x the base keeps every leaf and both finer rungs are tried)."""
+def test_prune_search_threads_change_no_byte(asset, monkeypatch):
+    """On the base's tree (scenes over 150k leaves; here forced) the pinned variants run on two
+    threads; a serial run writes the same bytes (on the asset at 6x the base keeps every leaf
+    and both finer rungs are tried)."""
     from concurrent.futures import Future
 
     from visionmoe.splat import codec
+
+    monkeypatch.setattr(codec, "_PRUNE_REUSE_TREE_ABOVE", 0)
+    pinned, real_pinned = [], codec._encode_pinned_variant
+    monkeypatch.setattr(codec, "_encode_pinned_variant", lambda *a: pinned.append(a[3]) or real_pinned(*a))
 
     class Serial:
         def __init__(self, max_workers):
@@ -643,4 +648,4 @@ def test_prune_search_threads_change_no_byte(asset):
     finally:
         codec.ThreadPoolExecutor = real
     assert threaded.data == serial.data
-    assert threaded.pruned > 0  # a pruned variant won
+    assert len(pinned) >= 4 and threaded.pruned > 0  # both finer rungs, twice; a pruned variant won

@@ -611,6 +611,13 @@ _PRUNE_KEEP_ALL_MIN = 0.7
 # pinned neighbours render worse; the free search picks (11, 5), merging, 35.6 dB). On playbot
 # (446k leaves) that search cost 28 of its 80 s.
 _PRUNE_FREE_MAX_LEAVES = 150_000
+# On scenes of more leaves than this, a pinned variant drops its leaves from the base's own tree
+# (``_encode_pinned_variant``: playbot at 20x 4.3 s per variant instead of 8.3, 40.42 dB instead
+# of 40.44; at 10x 47.02 instead of 46.97) and the independent ones run on two threads. Smaller
+# scenes build a tree over the kept Gaussians, fitted to them: there the reused tree rendered
+# up to 11% further on the search views (plant 10x, (5, 0) at 103k leaves: 1.80e-5 vs 1.62e-5)
+# and a close call flipped to a variant 4 dB worse at 512 px (45.1 -> 41.3 dB).
+_PRUNE_REUSE_TREE_ABOVE = 150_000
 _PRUNE_FREE_KEEP = 0.9
 # Nor is a cut that keeps every leaf searched once it renders above this on the search views:
 # there the faintest Gaussians at the views' 256 px are the small ones that show at higher
@@ -650,6 +657,7 @@ def _search_pruning(kept, w, base, target, sh_degree, n_in, ref_bytes, run, erro
     start = (qz.preset.geometry, qz.preset.appearance)
     keeps_all = terminal >= _KEEPS_ALL_SHARE * n
     rates = state.get("rates", {})
+    estimates = state.get("estimates", {}) if n > _PRUNE_REUSE_TREE_ABOVE else {}  # pinned variants on the base tree
     if keeps_all:
         calib = len(data) / max(float(qz.plan.rate[info[1]]) + qz.fixed_bytes, 1.0)
         g, a = start
@@ -668,7 +676,7 @@ def _search_pruning(kept, w, base, target, sh_degree, n_in, ref_bytes, run, erro
 
     def attempt(m, pin=None):
         idx = torch.sort(order[:m]).values
-        if pin is not None and pin in state.get("estimates", {}):
+        if pin is not None and pin in estimates:
             d, inf, p = _encode_pinned_variant(pyr, meta, state, pin, torch.isin(pyr.leaf_order, idx), target, seed)
             return [error(decompress(d)), d, inf, kept.subset(idx), p, meta]
         sub, ws = kept.subset(idx), w[idx]
@@ -680,13 +688,13 @@ def _search_pruning(kept, w, base, target, sh_degree, n_in, ref_bytes, run, erro
     if keeps_all and start == (len(GEOMETRY_LADDER) - 1, n_app - 1):
         return data, info, kept, pyr, meta
     variants = [v for v in variants if v[0] >= 16][:tries]
-    # The pinned variants one step finer (in geometry, in appearance) do not depend on each
-    # other's outcome: they are encoded and render-checked on two threads (most of an encode is
+    # On the base's tree, the pinned variants one step finer (in geometry, in appearance) do not
+    # depend on each other's outcome: they are encoded and render-checked on two threads (most of an encode is
     # single-threaded numpy and entropy coding, which overlaps the other's renders), each on its
     # own copy of the base's search memo; the results are those of a serial run. Where the rung
     # checks rendered the base well below the skip level, they start while the base renders.
     independent = list(dict.fromkeys(v for v in variants if v[1] is not None and v[1][0] != start[0] + 2
-                                     and v[1] in state.get("estimates", {})))
+                                     and v[1] in estimates))
     pool = ThreadPoolExecutor(max_workers=2) if len(independent) > 1 else None
     futures = {}
 
