@@ -103,7 +103,9 @@ def scene_paths(args) -> list[Path]:
 
 
 def main() -> int:
-    keep_freed_memory()  # as the visionmoe-splat command line does: encode times are the CLI's
+    # as the visionmoe-splat command line does on scenes of up to 1M Gaussians (every shared
+    # scene): the encode times are the CLI's
+    keep_freed_memory()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scenes", nargs="*", help=".ply files (default: every *.ply.xz in --scenes-dir)")
     ap.add_argument("--scenes-dir", default=str(REPO.parent / "shared" / "scenes"))

@@ -60,10 +60,11 @@ def child(args) -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    from visionmoe.splat.cli import keep_freed_memory
+    from visionmoe.splat.cli import KEEP_FREED_MEMORY_MAX_GAUSSIANS, keep_freed_memory
     from visionmoe.splat.codec import compress, decompress
 
-    keep_freed_memory()  # as the visionmoe-splat command line does (freed memory stays resident)
+    if args.gaussians <= KEEP_FREED_MEMORY_MAX_GAUSSIANS:  # as the visionmoe-splat command line does
+        keep_freed_memory()
 
     t = time.perf_counter()
     scene = synthetic_scene(args.gaussians, args.degree, args.seed)

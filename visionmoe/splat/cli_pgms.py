@@ -12,7 +12,8 @@ import json
 import time
 from pathlib import Path
 
-from .cli import CLIError, _nonnegative_int, _positive_int, atomic_write_bytes
+from .cli import (KEEP_FREED_MEMORY_MAX_GAUSSIANS, CLIError, _nonnegative_int, _positive_int, atomic_write_bytes,
+                  keep_freed_memory)
 
 __all__ = ["PGMS_SUBCOMMANDS"]
 
@@ -137,6 +138,8 @@ def cmd_compress(args) -> int:
     inp, out = Path(args.scene), Path(args.out)
     _check_io(inp, out, ".pgms")
     scene = read_ply(inp, nonfinite="drop" if args.drop_nonfinite else "reject")
+    if scene.num_gaussians <= KEEP_FREED_MEMORY_MAX_GAUSSIANS:
+        keep_freed_memory()
     t = time.perf_counter()
     res = _compress(args, scene)
     elapsed = time.perf_counter() - t
@@ -217,6 +220,8 @@ def cmd_eval(args) -> int:
             raise CLIError(f"compressed file {cp} does not exist")
         data = cp.read_bytes()
     else:
+        if scene.num_gaussians <= KEEP_FREED_MEMORY_MAX_GAUSSIANS:
+            keep_freed_memory()
         t = time.perf_counter()
         data = _compress(args, scene).data
         encode_s = time.perf_counter() - t

@@ -559,9 +559,9 @@ def _compress(scene, ratio, size, psnr, cameras, device, contributions, num_view
 
 _SEARCH_VIEWS = 16  # views of the prune search's and the refinement's render checks
 # Scenes of more than this many Gaussians have their pruning search judged on half as many
-# views (spread as evenly over the contribution views): on playbot (500k) at 5x, 10x, 20x and 50x it chose the very files
-# it chose on 16, in 3.6 s less at 20x (each check renders every search view) and 55 s less at
-# 50x (single-threaded runs).
+# views (spread as evenly over the contribution views): on playbot (500k) at 5x, 10x, 20x and
+# 50x it chose the very files it chose on 16, in 3.6 s less at 20x (each check renders every
+# search view) and 55 s less at 50x (single-threaded runs).
 _SEARCH_VIEWS_LARGE_SCENE = 150_000
 _SEARCH_VIEWS_LARGE = 8
 
@@ -689,10 +689,11 @@ def _search_pruning(kept, w, base, target, sh_degree, n_in, ref_bytes, run, erro
         return data, info, kept, pyr, meta
     variants = [v for v in variants if v[0] >= 16][:tries]
     # On the base's tree, the pinned variants one step finer (in geometry, in appearance) do not
-    # depend on each other's outcome: they are encoded and render-checked on two threads (most of an encode is
-    # single-threaded numpy and entropy coding, which overlaps the other's renders), each on its
-    # own copy of the base's search memo; the results are those of a serial run. Where the rung
-    # checks rendered the base well below the skip level, they start while the base renders.
+    # depend on each other's outcome: they are encoded and render-checked on two threads (most of
+    # an encode is single-threaded numpy and entropy coding, which overlaps the other's renders),
+    # each on its own copy of the base's search memo; the results are those of a serial run.
+    # Where the rung checks rendered the base well below the skip level, they start while the
+    # base renders.
     independent = list(dict.fromkeys(v for v in variants if v[1] is not None and v[1][0] != start[0] + 2
                                      and v[1] in estimates))
     pool = ThreadPoolExecutor(max_workers=2) if len(independent) > 1 else None
