@@ -8,7 +8,7 @@ import zlib
 import numpy as np
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from pgms_helpers import random_scene
 
@@ -138,6 +138,7 @@ def test_fuzz_random_bytes(data):
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(edits=st.lists(st.tuples(st.integers(0, 10**9), st.integers(0, 255)), min_size=1, max_size=6),
        cut=st.integers(0, 10**9), resealed=st.booleans())
+@example(edits=[(22490785, 224)], cut=1, resealed=True)  # a zstd frame header made to declare its size
 def test_fuzz_mutated_files(small_pgms, edits, cut, resealed):
     bad = bytearray(small_pgms)
     for pos, val in edits:
@@ -152,3 +153,14 @@ def test_fuzz_mutated_files(small_pgms, edits, cut, resealed):
         assert sc.num_gaussians > 0
     except bs.FormatError:
         pass
+
+
+def test_zstd_frame_declaring_another_size_is_a_format_error():
+    """A zstd frame whose header declares a content size other than the stream's (the encoder
+    writes none) is rejected before anything is allocated for it."""
+    import zstandard
+
+    frame = zstandard.ZstdCompressor(write_content_size=True).compress(b"x" * 500)
+    with pytest.raises(bs.FormatError, match="declares 500 bytes, expected 400"):
+        bs._zstd_decompress(frame, 400)
+    assert bs._zstd_decompress(frame, 500) == b"x" * 500

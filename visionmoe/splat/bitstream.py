@@ -166,6 +166,12 @@ def _zstd_decompress(b: bytes, size: int) -> bytes:
     import zstandard
 
     try:
+        # The encoder writes no content size; a frame header that declares one other than the
+        # stream's is corrupt, and zstandard would allocate what it declares (a flipped header
+        # byte asked for petabytes: MemoryError) before ``max_output_size`` applies.
+        declared = zstandard.frame_content_size(b)
+        if declared not in (-1, size):
+            raise FormatError(f"corrupt zstd stream (its frame declares {declared} bytes, expected {size})")
         out = zstandard.ZstdDecompressor().decompress(b, max_output_size=size)
     except zstandard.ZstdError as exc:
         raise FormatError(f"corrupt zstd stream ({exc})") from None
