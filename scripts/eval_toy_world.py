@@ -77,7 +77,7 @@ def object_color(frames: np.ndarray) -> str | None:
 
 
 def vae_roundtrip_mse(pipe, frames: np.ndarray) -> float:
-    x = torch.from_numpy(frames).permute(3, 0, 1, 2)[None].float().div(127.5).sub(1)
+    x = torch.from_numpy(frames).permute(3, 0, 1, 2)[None].float().div(127.5).sub(1).to(pipe.vae.device)
     with torch.no_grad():
         rec = pipe.vae.decode(pipe.vae.encode(x).latent_dist.mean).sample
     return float((rec - x).pow(2).mean())
@@ -144,12 +144,13 @@ def main(argv=None):
     p.add_argument("--seed-base", type=int, default=900_000, help="noise seeds (held out from training)")
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1 ... (noise is drawn on the CPU either way)")
     p.add_argument("--out", default="out/toy_world_eval")
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
     os.makedirs(a.out, exist_ok=True)
     t0 = time.time()
-    pipe = load_toy_world(a.model)
+    pipe = load_toy_world(a.model, device=a.device)
     items = prompts_and_seeds(a.num, a.seed_base)
     adapter_dir = a.adapter or os.path.join(a.model, "pila")
     arms = {}

@@ -649,3 +649,16 @@ def test_prune_search_threads_change_no_byte(asset, monkeypatch):
         codec.ThreadPoolExecutor = real
     assert threaded.data == serial.data
     assert len(pinned) >= 4 and threaded.pruned > 0  # both finer rungs, twice; a pruned variant won
+
+
+@pytest.mark.cuda
+def test_compress_on_cuda_round_trips(asset):
+    # Contributions, the pruning search and the refinement render on the GPU; the codec stays on
+    # the CPU. Bytes may differ from a CPU encode (float atomics), not the rate or the quality.
+    scene, _, _ = asset
+    cams = default_cameras(scene, num_views=4, size=96)
+    res = compress(scene, ratio=20, cameras=cams, device="cuda", refine_steps=12)
+    target = reference_ply_bytes(scene.num_gaussians, 3) / 20
+    assert 0.95 * target <= res.nbytes <= target and "refine" in res.timings
+    dec = decompress(res.data)
+    assert float(psnr(render(dec, cams).colors, render(scene, cams).colors)) > 30

@@ -872,7 +872,7 @@ def _refine_checked(pyr, scene, meta, base, cameras, steps, device, prog, refere
         return data, info
     goal = (1 - _REFINE_MIN_GAIN) * before
     refined = _refine_and_encode(pyr, scene, meta, info, rcams, steps, len(data), prog,
-                                 check=lambda blob: error(blob) < goal, views_per_step=per_step)
+                                 check=lambda blob: error(blob) < goal, views_per_step=per_step, device=dev)
     if refined is None:
         logger.info("refinement stopped after %d of %d steps: it rendered less than %d%% closer", _REFINE_CHECK_AT,
                     steps, round(100 * _REFINE_MIN_GAIN))
@@ -898,9 +898,11 @@ def _cut_primitives(pyr: Pyramid, plan: CutPlan, k: int) -> tuple[list[torch.Ten
     return terms, prim
 
 
-def _refine_and_encode(pyr, dense, meta, info, cameras, steps, target, prog, check=None, views_per_step=16):
+def _refine_and_encode(pyr, dense, meta, info, cameras, steps, target, prog, check=None, views_per_step=16,
+                       device="cpu"):
     """Optional compositing-aware refinement: a few render-vs-dense-render steps on the chosen
     cut's primitives (continuous parameters), written back into the pyramid, then re-encoded.
+    The renders and the optimiser run on ``device``; the pyramid and the codec stay on the CPU.
     ``check(encoded bytes) -> bool`` judges the encoding after ``_REFINE_CHECK_AT`` steps; False
     stops there and returns None (the pyramid then holds that partial refinement)."""
     from .update import refine
@@ -912,12 +914,13 @@ def _refine_and_encode(pyr, dense, meta, info, cameras, steps, target, prog, che
         start = 0
         for lv, idx in enumerate(terms):
             for n in _PARAMS:
-                getattr(pyr.levels[lv], n)[idx] = getattr(refined, n)[start: start + len(idx)].to(getattr(pyr.levels[lv], n).dtype)
+                dst = getattr(pyr.levels[lv], n)
+                dst[idx] = getattr(refined, n)[start: start + len(idx)].to(device=dst.device, dtype=dst.dtype)
             start += len(idx)
         _quantize_full(pyr, qz, meta)
         return _tune_cut(pyr, qz, k, meta, target)
 
-    refined = refine(prim, dense, cameras, steps=steps, views_per_step=views_per_step, lr_final=_REFINE_LR_FINAL,
+    refined = refine(prim.to(device), dense.to(device), cameras, steps=steps, views_per_step=views_per_step, lr_final=_REFINE_LR_FINAL,
                      progress=lambda i, n: prog("refine", i, n),
                      check=None if check is None else (lambda partial: check(encode(partial)[1])),
                      check_at=_REFINE_CHECK_AT, quantize=_terminal_quantizer(pyr, qz, meta, terms), keep_best=True)
