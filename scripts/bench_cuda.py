@@ -33,15 +33,17 @@ from visionmoe.splat import GaussianScene, orbit_cameras, read_ply
 CUDA = torch.device("cuda")
 
 
-def median_time(fn, repeats: int, warmup: int = 2) -> float:
+def median_time(fn, repeats: int, warmup: int = 2, device: torch.device = CUDA) -> float:
+    """Median wall time of ``fn``; on a GPU, synchronised before and after each call."""
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     for _ in range(warmup):
         fn()
     times = []
     for _ in range(repeats):
-        torch.cuda.synchronize()
+        sync()
         start = time.perf_counter()
         fn()
-        torch.cuda.synchronize()
+        sync()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
@@ -86,18 +88,9 @@ def raster_timings(scene: GaussianScene, device: torch.device, width: int, heigh
         (out.colors.sum() + out.alpha.sum()).backward()
         return [p.grad for p in leaves]
 
-    sync = median_time if device.type == "cuda" else _cpu_median
-    return sync(fwd, repeats), sync(fwd_bwd, max(3, repeats // 2)), fwd().colors.cpu(), [g.cpu() for g in fwd_bwd()]
-
-
-def _cpu_median(fn, repeats: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    f = median_time(fwd, repeats, device=device)
+    fb = median_time(fwd_bwd, max(3, repeats // 2), device=device)
+    return f, fb, fwd().colors.cpu(), [g.cpu() for g in fwd_bwd()]
 
 
 def bench_raster(name: str, scene: GaussianScene, repeats: int) -> None:
