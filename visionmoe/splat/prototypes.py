@@ -11,6 +11,8 @@ D = 9..45, on CPU) and the shared op otherwise; both are exact.
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from ..ops.routing import nearest_center as _nearest_center_op
@@ -50,7 +52,9 @@ def nearest_center(x: torch.Tensor, centers: torch.Tensor) -> tuple[torch.Tensor
 def segment_sum(x: torch.Tensor, w: torch.Tensor, ids: torch.Tensor, k: int) -> torch.Tensor:
     """sum_i w_i x_i per segment -> [k, D] (one sparse-dense product; deterministic)."""
     n = x.shape[0]
-    S = torch.sparse_coo_tensor(torch.stack([ids, torch.arange(n)]), w.float(), (k, n), check_invariants=False)
+    with warnings.catch_warnings():  # torch 2.11 warns about the unchecked invariants it was told to skip
+        warnings.filterwarnings("ignore", message="Sparse invariant checks are implicitly disabled")
+        S = torch.sparse_coo_tensor(torch.stack([ids, torch.arange(n)]), w.float(), (k, n), check_invariants=False)
     return torch.sparse.mm(S.coalesce(), x.float())
 
 
