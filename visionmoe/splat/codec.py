@@ -920,8 +920,8 @@ def _refine_and_encode(pyr, dense, meta, info, cameras, steps, target, prog, che
         _quantize_full(pyr, qz, meta)
         return _tune_cut(pyr, qz, k, meta, target)
 
-    refined = refine(prim.to(device), dense.to(device), cameras, steps=steps, views_per_step=views_per_step, lr_final=_REFINE_LR_FINAL,
-                     progress=lambda i, n: prog("refine", i, n),
+    refined = refine(prim.to(device), dense.to(device), cameras, steps=steps, views_per_step=views_per_step,
+                     lr_final=_REFINE_LR_FINAL, progress=lambda i, n: prog("refine", i, n),
                      check=None if check is None else (lambda partial: check(encode(partial)[1])),
                      check_at=_REFINE_CHECK_AT, quantize=_terminal_quantizer(pyr, qz, meta, terms), keep_best=True)
     if refined is None:
