@@ -7,10 +7,11 @@
 2. MoE route + dispatch + combine, forward + backward. Baseline: the pure-PyTorch path on the
    same GPU (visionmoe.ops._torch_ref).
 3. nearest_center. Baseline: torch.cdist + argmin on the same GPU.
+4. Optionally (--pgms SCENE ...), PGMS encodes on the GPU with their time per stage.
 
 Every CUDA result is also compared with its CPU twin (max abs difference), so a run doubles
 as a correctness check on real sizes. Medians over repeats, torch.cuda.synchronize() around
-each timed call. Usage: python scripts/bench_cuda.py [--playbot PATH.ply[.xz]] [--repeats 10]
+each timed call. Usage: python scripts/bench_cuda.py [--playbot PATH.ply[.xz]] [--repeats 10] [--pgms SCENE.ply[.xz] ...]
 """
 
 from __future__ import annotations
@@ -165,11 +166,26 @@ def bench_nearest(repeats: int, points: int = 4_000_000, centers: int = 4096, di
     print(f"  same nearest centre as cdist for {agree * 100:.3f}% of points (ties and float rounding differ)")
 
 
+def bench_pgms(paths: list[Path], ratio: float) -> None:
+    """PGMS encode on the GPU, stage by stage: the renders run there, the codec on the CPU."""
+    from visionmoe.splat import compress
+
+    print(f"\n| scene | PGMS {ratio:g}x on the GPU: bytes | encode (s) | seconds per stage |\n|---|---|---|---|")
+    for path in paths:
+        scene = load_scene(path)
+        start = time.perf_counter()
+        res = compress(scene, ratio=ratio, device="cuda")
+        stages = ", ".join(f"{k} {v:.1f}" for k, v in res.timings.items() if k != "total")
+        print(f"| {path.name} | {res.nbytes:,} | {time.perf_counter() - start:.1f} | {stages} |", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--playbot", type=Path, help="playbot_lod0.ply or .ply.xz (from the shared scenes folder)")
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--skip-2m", action="store_true")
+    parser.add_argument("--pgms", type=Path, nargs="*", default=[], help="scenes (.ply[.xz]) to encode on the GPU")
+    parser.add_argument("--pgms-ratio", type=float, default=20.0)
     args = parser.parse_args()
     if not torch.cuda.is_available() or not ops.build_info().get("cuda"):
         raise SystemExit("bench_cuda.py needs a CUDA GPU and a CUDA build of visionmoe._C")
@@ -185,6 +201,8 @@ def main() -> None:
     print("\n| benchmark | baseline | CUDA kernel | speed-up |\n|---|---|---|---|")
     bench_moe(args.repeats)
     bench_nearest(args.repeats)
+    if args.pgms:
+        bench_pgms(args.pgms, args.pgms_ratio)
 
 
 if __name__ == "__main__":
