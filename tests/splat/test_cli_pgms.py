@@ -137,3 +137,17 @@ def test_cli_keeps_freed_memory_on_glibc():
 
     applied = keep_freed_memory()
     assert applied is (platform.system() == "Linux" and platform.libc_ver()[0] == "glibc")
+
+
+@pytest.mark.parametrize("command", ["compress", "eval"])
+@pytest.mark.parametrize("device,match", [
+    ("tpu", "device must be 'cpu', 'cuda' or 'cuda:N'"),
+    ("cuda:99", "CUDA GPU"),  # no GPU here: "torch sees none"; with one: "sees only N"
+])
+def test_bad_device_is_one_error_line_and_writes_nothing(pgms_file, tmp_path, capsys, command, device, match):
+    scene, _ = pgms_file
+    out = tmp_path / "x.pgms"
+    args = [command, str(scene), *(["-o", str(out)] if command == "compress" else []), "--device", device, *FAST]
+    assert main(args) == 2
+    assert match in one_error_line(capsys, command)
+    assert not out.exists()

@@ -135,3 +135,16 @@ def test_several_views_render_as_each_view_alone():
             alone = render(scene, cams[[i]], return_contributions=True)
             assert torch.equal(together.colors[i], alone.colors[0])
             assert torch.equal(together.contributions[i], alone.contributions[0])
+
+
+def test_resolve_device_names_and_defaults():
+    from visionmoe.splat.render import resolve_device
+
+    assert resolve_device("cpu") == torch.device("cpu")
+    assert resolve_device(None).type == ("cuda" if torch.cuda.is_available() else "cpu")
+    for bad in ("tpu", "gpu", 3.5, "meta"):
+        with pytest.raises(RenderError, match="device must be"):
+            resolve_device(bad)
+    if not torch.cuda.is_available():
+        with pytest.raises(RenderError, match="torch sees none"):
+            resolve_device("cuda")

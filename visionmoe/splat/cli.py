@@ -99,7 +99,7 @@ def cmd_render(args) -> int:
 
     from .cameras import load_cameras_json, orbit_cameras
     from .io import read_ply
-    from .render import render
+    from .render import render, resolve_device
 
     scene_path = Path(args.scene)
     if not scene_path.is_file():
@@ -107,12 +107,8 @@ def cmd_render(args) -> int:
     out_dir = Path(args.out)
     if out_dir.exists() and not out_dir.is_dir():
         raise CLIError(f"--out {out_dir} exists and is not a folder")
-    scene = read_ply(scene_path)
-    if args.device != "cpu":
-        try:
-            scene = scene.to(torch.device(args.device))
-        except (RuntimeError, AssertionError) as exc:
-            raise CLIError(f"cannot use device {args.device!r}: {exc}") from None
+    device = resolve_device(args.device)  # before the scene is read
+    scene = read_ply(scene_path).to(device)
     if args.cameras:
         cameras = load_cameras_json(args.cameras, width=args.width, height=args.height)
     else:

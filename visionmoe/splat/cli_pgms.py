@@ -77,7 +77,9 @@ def _add_target(p) -> None:
     p.add_argument("--views", type=_positive_int, default=16, help="orbit views for contributions at 20 degrees, plus half as many at 45 and at 0 (default 16)")
     p.add_argument("--view-size", type=_positive_int, default=256, help="contribution view size in pixels (default 256)")
     p.add_argument("--cameras", help="INRIA cameras.json to use instead of orbit views")
-    p.add_argument("--device", default=None, help="device for rendering contributions (cpu, cuda; default: cuda if present)")
+    p.add_argument("--device", default=None,
+                   help="device for the encoder's renders (cpu, cuda, cuda:N; default: cuda if present; "
+                        "cpu gives bit-exact bytes)")
     p.add_argument("--preset", type=_preset, default=None, help="pin the allocator's rungs geometry,appearance (e.g. 4,4)")
     p.add_argument("--refine-steps", type=_refine_steps, default=None,
                    help="render-vs-original refinement steps on the chosen primitives, kept only if they help "
@@ -134,9 +136,11 @@ def add_compress_parser(subparsers) -> None:
 
 def cmd_compress(args) -> int:
     from .io import read_ply
+    from .render import resolve_device
 
     inp, out = Path(args.scene), Path(args.out)
     _check_io(inp, out, ".pgms")
+    resolve_device(args.device)  # a bad --device fails before the scene is read
     scene = read_ply(inp, nonfinite="drop" if args.drop_nonfinite else "reject")
     if scene.num_gaussians <= KEEP_FREED_MEMORY_MAX_GAUSSIANS:
         keep_freed_memory()
@@ -207,11 +211,12 @@ def cmd_eval(args) -> int:
     from .codec import decompress, reference_ply_bytes
     from .io import read_ply
     from .metrics import psnr, ssim
-    from .render import render
+    from .render import render, resolve_device
 
     inp = Path(args.scene)
     if not inp.is_file():
         raise CLIError(f"input file {inp} does not exist")
+    resolve_device(args.device)  # a bad --device fails before the scene is read
     scene = read_ply(inp)
     encode_s = None
     if args.compressed:

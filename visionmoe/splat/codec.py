@@ -396,6 +396,9 @@ def compress(
     views; found by bisection on the size). ``cameras``: a ``Cameras`` for contributions (and
     the PSNR search), default ``num_views`` orbit views of ``view_size`` pixels at 20 degrees of
     elevation plus half as many at 45 and at 0 (``contribution.default_cameras``).
+    ``device``: where every render of the encode runs (contributions, checks, pruning search,
+    refinement); None picks CUDA when torch sees a GPU. The codec itself runs on the CPU. On
+    CUDA the bytes are reproducible only to rounding (float atomics); the CPU is bit-exact.
     ``contributions`` [N] skips rendering (precomputed per-Gaussian image-space contribution).
     ``preset`` pins the allocator's quality rungs ``(geometry, appearance)``. ``refine_steps``: Adam
     steps of the render-vs-original-render refinement of the chosen primitives, kept only if
@@ -429,6 +432,9 @@ def compress(
         raise ValueError(f"prune_search must be an int >= 0, got {prune_search!r}")
     if refine_steps is not None and not (isinstance(refine_steps, int) and refine_steps >= 0):
         raise ValueError(f"refine_steps must be None (auto) or an int >= 0, got {refine_steps!r}")
+    from .render import resolve_device
+
+    device = resolve_device(device)  # once: every render of the encode runs there
     prog = _Progress(progress)
     try:
         return _compress(_load(scene_or_path), ratio, size, psnr, cameras, device, contributions, num_views,

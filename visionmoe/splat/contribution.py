@@ -43,11 +43,9 @@ def image_contributions(scene: GaussianScene, cameras, *, device=None, views_per
     ``keep_colors``: view indices whose full-SH renders are also returned (on the render device,
     in that order), as ``(contributions, colors [len, H, W, 3])``: callers that compare with the
     scene's own renders on those views need not render them again."""
-    from .render import render
+    from .render import render, resolve_device
 
-    dev = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError(f"device={device!r} requested but CUDA is not available; use device='cpu'")
+    dev = resolve_device(device)
     # Contributions (alpha x transmittance) do not depend on colour: without kept colours render
     # at SH degree 0, which skips the view-dependent SH evaluation and the [N, K, 3] SH copy.
     s = (scene if keep_colors else replace(scene, sh_rest=scene.sh_rest[:, :0])).to(dev)

@@ -27,6 +27,24 @@ class RenderError(ValueError):
     """A render request cannot be served (bad backend, no GPU, bad SH degree...)."""
 
 
+def resolve_device(device: str | torch.device | None = None) -> torch.device:
+    """``device`` as a ``torch.device``; None picks CUDA when torch sees a GPU, else the CPU.
+    A malformed name, another device type or a GPU that is not there is a :class:`RenderError`."""
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        dev = None
+    if dev is None or dev.type not in ("cpu", "cuda"):
+        raise RenderError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {device!r}")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise RenderError(f"device {str(device)!r} needs a CUDA GPU, but torch sees none; use 'cpu'")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise RenderError(f"device {str(device)!r}: torch sees only {torch.cuda.device_count()} CUDA GPU(s)")
+    return dev
+
+
 def _device_for(backend: str, scene) -> torch.device:
     if backend == "cpu":
         return torch.device("cpu")
