@@ -147,6 +147,12 @@ def main(argv=None):
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1 ... (noise is drawn on the CPU either way)")
     p.add_argument("--out", default="out/toy_world_eval")
     a = p.parse_args(argv)
+    try:
+        device = torch.device(a.device)
+    except RuntimeError:
+        p.error(f"--device {a.device!r} is not a device name (cpu, cuda, cuda:N, ...)")
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        p.error(f"--device {a.device}: torch sees {torch.cuda.device_count()} CUDA GPU(s); use --device cpu")
     torch.set_num_threads(a.threads)
     os.makedirs(a.out, exist_ok=True)
     t0 = time.time()

@@ -71,6 +71,17 @@ def check_sizes(a, spatial_multiple: int, temporal: int):
         raise UsageError(f"need 0 <= --start <= --end <= 1, got {a.start}, {a.end}")
 
 
+def check_device(device: str) -> None:
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except RuntimeError:
+        raise UsageError(f"--device {device!r} is not a device name (cpu, cuda, cuda:N, ...)") from None
+    if dev.type == "cuda" and (not torch.cuda.is_available() or (dev.index or 0) >= torch.cuda.device_count()):
+        raise UsageError(f"--device {device}: torch sees {torch.cuda.device_count()} CUDA GPU(s); use --device cpu")
+
+
 def main(argv=None) -> int:
     a = parse_args(argv)
     defaults = TINY_DEFAULTS if a.model is None else WAN_DEFAULTS
@@ -105,6 +116,7 @@ def main(argv=None) -> int:
             raise UsageError(f"--physics {a.physics!r}: {e}") from None
 
     device = ("cuda" if torch.cuda.is_available() else "cpu") if a.device == "auto" else a.device
+    check_device(device)
     dtype = {"auto": torch.bfloat16 if device.startswith("cuda") else torch.float32}.get(a.dtype) or getattr(torch, a.dtype)
     if a.model is None:
         dtype = torch.float32

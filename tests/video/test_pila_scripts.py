@@ -38,6 +38,8 @@ def test_generates_mp4(gen, tmp_path, capsys):
         (["--adapter", "missing_adapter"], "--adapter 'missing_adapter': no such directory"),
         (["--out", "video.gif"], "must name an .mp4"),
         (["--physics", "plasma"], "no PILA category for any label .plasma."),
+        (["--device", "tpu"], "--device 'tpu' is not a device name"),
+        (["--device", "cuda:99"], "--device cuda:99: torch sees"),
     ],
 )
 def test_clear_errors(gen, tmp_path, args, message):
