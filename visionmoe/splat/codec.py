@@ -456,7 +456,6 @@ def _compress(scene, ratio, size, psnr, cameras, device, contributions, num_view
             cameras = default_cameras(scene, num_views=num_views, size=view_size)
     # the scene's own renders on the verification and search views, taken from the contribution
     # renders when those are made here (or rendered once on first use)
-    dev = device or "cpu"
     refs = {}
     if contributions is None:
         from .contribution import image_contributions
@@ -494,8 +493,8 @@ def _compress(scene, ratio, size, psnr, cameras, device, contributions, num_view
         missing = [i for i in idx if i not in refs]
         if missing:
             with torch.no_grad():
-                refs.update(zip(missing, render(scene.to(dev), cameras[missing]).colors))
-        return torch.stack([refs[i] for i in idx]).to(dev)
+                refs.update(zip(missing, render(scene.to(device), cameras[missing]).colors))
+        return torch.stack([refs[i] for i in idx]).to(device)
 
     verify_spec = None
     if verify_views > 0 and preset is None and cameras is not None:
@@ -504,7 +503,7 @@ def _compress(scene, ratio, size, psnr, cameras, device, contributions, num_view
 
         def verify_error(decoded):
             with torch.no_grad():
-                return float((render(decoded.to(dev), vcams).colors - vref).pow(2).mean())
+                return float((render(decoded.to(device), vcams).colors - vref).pow(2).mean())
 
         verify_spec = {"count": verify_candidates, "error": verify_error}
 
@@ -524,7 +523,7 @@ def _compress(scene, ratio, size, psnr, cameras, device, contributions, num_view
 
             def search_error(decoded):
                 with torch.no_grad():
-                    return float((render(decoded.to(dev), scams).colors - sref).pow(2).mean())
+                    return float((render(decoded.to(device), scams).colors - sref).pow(2).mean())
 
             data, info, kept, pyr, meta = _search_pruning(
                 kept, w, (data, info, pyr, meta), target, scene.sh_degree, n_in, ref_bytes,
@@ -858,7 +857,6 @@ def _refine_checked(pyr, scene, meta, base, cameras, steps, device, prog, refere
     from .render import render
 
     data, info = base
-    dev = device or "cpu"
     idx = _view_indices(len(cameras), _SEARCH_VIEWS)
     rcams, per_step = _refinement_views(cameras)
     views = rcams[idx]
@@ -866,11 +864,11 @@ def _refine_checked(pyr, scene, meta, base, cameras, steps, device, prog, refere
         ref = reference(idx)
     else:
         with torch.no_grad():
-            ref = render(scene.to(dev), views).colors
+            ref = render(scene.to(device), views).colors
 
     def error(blob):
         with torch.no_grad():
-            return float((render(decompress(blob).to(dev), views).colors - ref).pow(2).mean())
+            return float((render(decompress(blob).to(device), views).colors - ref).pow(2).mean())
 
     before = error(data)
     if skip_above_db is not None and before < 10 ** (-skip_above_db / 10):
@@ -878,7 +876,7 @@ def _refine_checked(pyr, scene, meta, base, cameras, steps, device, prog, refere
         return data, info
     goal = (1 - _REFINE_MIN_GAIN) * before
     refined = _refine_and_encode(pyr, scene, meta, info, rcams, steps, len(data), prog,
-                                 check=lambda blob: error(blob) < goal, views_per_step=per_step, device=dev)
+                                 check=lambda blob: error(blob) < goal, views_per_step=per_step, device=device)
     if refined is None:
         logger.info("refinement stopped after %d of %d steps: it rendered less than %d%% closer", _REFINE_CHECK_AT,
                     steps, round(100 * _REFINE_MIN_GAIN))
@@ -1303,7 +1301,7 @@ def _search_psnr(scene, pyr, meta, target_psnr, cameras, device, ref_bytes, run,
     from .render import render
 
     with torch.no_grad():
-        ref = render(scene.to(device or "cpu"), cameras).colors.cpu()
+        ref = render(scene.to(device), cameras).colors.cpu()
     lo, hi = math.log(ref_bytes / 400), math.log(ref_bytes / 1.5)
     best = None
     for it in range(7):
@@ -1312,7 +1310,7 @@ def _search_psnr(scene, pyr, meta, target_psnr, cameras, device, ref_bytes, run,
         data, info = run(target)
         dec = decompress(data)
         with torch.no_grad():
-            got = float(psnr_fn(render(dec.to(device or "cpu"), cameras).colors.cpu(), ref))
+            got = float(psnr_fn(render(dec.to(device), cameras).colors.cpu(), ref))
         prog("psnr search", it + 1, 7)
         logger.debug("psnr search: %d bytes -> %.2f dB", len(data), got)
         if got >= target_psnr:
