@@ -56,6 +56,19 @@ def test_dropped_frames_score_worse(clips, scenario):
             assert g1.residual_quadratic > 2 * g0.residual_quadratic, (scenario, k, g0, g1)
 
 
+@pytest.mark.parametrize("scenario", ["free_fall", "projectile"])
+def test_object_hidden_for_two_frames_is_not_a_jump(clips, scenario):
+    # the centroid track is split where the object is not found: differences across the gap
+    # would read two frames of motion as one and score a smooth fall as jerky
+    for k in SEEDS:
+        fr = clips[scenario, k].frames
+        hidden = fr.copy()
+        hidden[8:10] = np.median(fr, axis=0).astype(np.uint8)  # the background alone
+        assert np.isnan(M.object_track(hidden)[8:10]).all()
+        a0, a1 = M.acceleration_consistency(fr), M.acceleration_consistency(hidden)
+        assert a1["accel_inconsistency"] < 2 * a0["accel_inconsistency"] + 0.1, (scenario, k, a0, a1)
+
+
 def test_time_reversal_where_it_matters(clips):
     # a bounce that gains height and a slide that accelerates by itself are unphysical;
     # a free fall reversed is a throw upwards, still physical (the control is not applied)

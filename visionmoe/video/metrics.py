@@ -213,10 +213,21 @@ def klt_tracks(frames, *, max_corners: int = 80, upscale: int = 2, fb_threshold:
     return out
 
 
+def _tracked_runs(track: np.ndarray) -> List[np.ndarray]:
+    """Runs of consecutive tracked frames of a ``[F, 2]`` track (NaN = missing) as ``[n, 3]``
+    ``(t, x, y)`` tracks."""
+    t = np.nonzero(~np.isnan(track).any(1))[0]
+    if len(t) == 0:
+        return []
+    breaks = np.nonzero(np.diff(t) > 1)[0] + 1
+    return [np.concatenate([r[:, None], track[r]], 1) for r in np.split(t, breaks)]
+
+
 def acceleration_consistency(frames, *, min_length: int = 7, min_motion: float = 1.0) -> Dict[str, float]:
     """Mean absolute jerk of moving KLT tracks and of the main object's centroid track.
 
-    For each track of at least ``min_length`` frames whose path is longer than
+    The centroid track is split into runs of consecutive frames where the object was found
+    (differences across a gap would treat several frames as one). For each track of at least ``min_length`` frames whose path is longer than
     ``min_motion`` px: velocity, acceleration and jerk by finite differences; the score is
     the mean ``|jerk|`` (px/frame^3) pooled over all tracks' frames. Constant acceleration (free
     fall, projectiles, constant friction) gives ~0; shuffled or dropped frames give large
@@ -226,11 +237,9 @@ def acceleration_consistency(frames, *, min_length: int = 7, min_motion: float =
     """
     frames = _check(frames)
     tracks = klt_tracks(frames)
-    obj = object_track(frames)
-    ok = ~np.isnan(obj).any(1)
-    if ok.sum() >= min_length:  # the main object's centroid track, on its tracked frames
-        t = np.nonzero(ok)[0]
-        tracks = tracks + [np.concatenate([t[:, None], obj[ok]], 1)]
+    # the main object's centroid track, split where the object was not found: finite
+    # differences assume consecutive frames (a KLT track ends where tracking fails, too)
+    tracks = tracks + _tracked_runs(object_track(frames))
     jerks, speeds, accs, tang = [], [], [], []
     for tr in tracks:
         if len(tr) < min_length:
