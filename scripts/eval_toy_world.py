@@ -43,6 +43,8 @@ from visionmoe.video.toy_world import (TOY_WORLD_COLORS, TOY_WORLD_DEFAULTS, TOY
 
 HEADLINE = [("gravity_residual_quadratic", "gravity-fit residual (px)", "lower"),
             ("accel_inconsistency", "accel. inconsistency (px/f^3)", "lower"),
+            ("accel_inconsistency_klt", "of which KLT tracks", "lower"),
+            ("accel_inconsistency_object", "of which object centroid", "lower"),
             ("gravity_physical", "judged physical (share)", "higher"),
             ("flicker", "flicker", "lower"),
             ("vae_roundtrip_mse", "VAE round-trip MSE", "lower"),

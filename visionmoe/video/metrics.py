@@ -227,11 +227,13 @@ def acceleration_consistency(frames, *, min_length: int = 7, min_motion: float =
     """Mean absolute jerk of moving KLT tracks and of the main object's centroid track.
 
     The centroid track is split into runs of consecutive frames where the object was found
-    (differences across a gap would treat several frames as one). For each track of at least ``min_length`` frames whose path is longer than
-    ``min_motion`` px: velocity, acceleration and jerk by finite differences; the score is
+    (differences across a gap would treat several frames as one). For each track of at least
+    ``min_length`` frames whose path is longer than ``min_motion`` px: velocity, acceleration and jerk by finite differences; the score is
     the mean ``|jerk|`` (px/frame^3) pooled over all tracks' frames. Constant acceleration (free
     fall, projectiles, constant friction) gives ~0; shuffled or dropped frames give large
-    jumps. Also ``accel_inconsistency_rel`` = jerk / mean speed (scale free), ``mean_accel``,
+    jumps. Also the same pooled over the KLT tracks alone (``accel_inconsistency_klt``) and over
+    the centroid runs alone (``accel_inconsistency_object``: jumps of the centroid between two
+    blobs land here), ``accel_inconsistency_rel`` = jerk / mean speed (scale free), ``mean_accel``,
     ``tangential_accel`` (median over tracks of the horizontal acceleration along the
     horizontal motion: friction makes it negative, a time-reversed slide positive) and counts.
     """
@@ -239,9 +241,10 @@ def acceleration_consistency(frames, *, min_length: int = 7, min_motion: float =
     tracks = klt_tracks(frames)
     # the main object's centroid track, split where the object was not found: finite
     # differences assume consecutive frames (a KLT track ends where tracking fails, too)
+    num_klt = len(tracks)
     tracks = tracks + _tracked_runs(object_track(frames))
-    jerks, speeds, accs, tang = [], [], [], []
-    for tr in tracks:
+    jerks, speeds, accs, tang, is_klt = [], [], [], [], []
+    for i, tr in enumerate(tracks):
         if len(tr) < min_length:
             continue
         p = tr[:, 1:]
@@ -252,6 +255,7 @@ def acceleration_consistency(frames, *, min_length: int = 7, min_motion: float =
         a = np.diff(v, axis=0)
         j = np.diff(a, axis=0)
         jerks.append(np.linalg.norm(j, axis=1))
+        is_klt.append(i < num_klt)
         speeds.append(np.linalg.norm(v, axis=1).mean())
         accs.append(np.linalg.norm(a, axis=1).mean())
         # horizontal acceleration along the horizontal motion (central differences)
@@ -259,12 +263,19 @@ def acceleration_consistency(frames, *, min_length: int = 7, min_motion: float =
         m = np.abs(vc) > 0.1
         if m.sum() >= 2:
             tang.append(float(np.mean(a[m, 0] * np.sign(vc[m]))))
+    nan = float("nan")
     if not jerks:
-        return {"accel_inconsistency": float("nan"), "accel_inconsistency_rel": float("nan"),
-                "mean_accel": float("nan"), "tangential_accel": float("nan"), "num_tracks": len(tracks),
-                "num_moving_tracks": 0}
-    jerk = float(np.mean(np.concatenate(jerks)))  # pooled: long tracks weigh more
+        return {"accel_inconsistency": nan, "accel_inconsistency_rel": nan, "accel_inconsistency_klt": nan,
+                "accel_inconsistency_object": nan, "mean_accel": nan, "tangential_accel": nan,
+                "num_tracks": len(tracks), "num_moving_tracks": 0}
+
+    def pooled(sel):  # long tracks weigh more
+        js = [j for j, k in zip(jerks, is_klt) if sel(k)]
+        return float(np.mean(np.concatenate(js))) if js else nan
+
+    jerk = pooled(lambda k: True)
     return {"accel_inconsistency": jerk, "accel_inconsistency_rel": jerk / max(float(np.mean(speeds)), 1e-3),
+            "accel_inconsistency_klt": pooled(lambda k: k), "accel_inconsistency_object": pooled(lambda k: not k),
             "mean_accel": float(np.mean(accs)), "tangential_accel": float(np.median(tang)) if tang else 0.0,
             "num_tracks": len(tracks), "num_moving_tracks": len(jerks)}
 
