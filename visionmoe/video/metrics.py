@@ -228,12 +228,13 @@ def acceleration_consistency(frames, *, min_length: int = 7, min_motion: float =
 
     The centroid track is split into runs of consecutive frames where the object was found
     (differences across a gap would treat several frames as one). For each track of at least
-    ``min_length`` frames whose path is longer than ``min_motion`` px: velocity, acceleration and jerk by finite differences; the score is
-    the mean ``|jerk|`` (px/frame^3) pooled over all tracks' frames. Constant acceleration (free
-    fall, projectiles, constant friction) gives ~0; shuffled or dropped frames give large
-    jumps. Also the same pooled over the KLT tracks alone (``accel_inconsistency_klt``) and over
-    the centroid runs alone (``accel_inconsistency_object``: jumps of the centroid between two
-    blobs land here), ``accel_inconsistency_rel`` = jerk / mean speed (scale free), ``mean_accel``,
+    ``min_length`` frames whose path is longer than ``min_motion`` px: velocity, acceleration
+    and jerk by finite differences; the score is the mean ``|jerk|`` (px/frame^3) pooled over
+    all tracks' frames. Constant acceleration (free fall, projectiles, constant friction) gives
+    ~0; shuffled or dropped frames give large jumps. Also the same pooled over the KLT tracks
+    alone (``accel_inconsistency_klt``) and over the centroid runs alone
+    (``accel_inconsistency_object``: jumps of the centroid between two blobs land here),
+    ``accel_inconsistency_rel`` = jerk / mean speed (scale free), ``mean_accel``,
     ``tangential_accel`` (median over tracks of the horizontal acceleration along the
     horizontal motion: friction makes it negative, a time-reversed slide positive) and counts.
     """
@@ -269,13 +270,13 @@ def acceleration_consistency(frames, *, min_length: int = 7, min_motion: float =
                 "accel_inconsistency_object": nan, "mean_accel": nan, "tangential_accel": nan,
                 "num_tracks": len(tracks), "num_moving_tracks": 0}
 
-    def pooled(sel):  # long tracks weigh more
-        js = [j for j, k in zip(jerks, is_klt) if sel(k)]
+    def pooled(js):  # long tracks weigh more
         return float(np.mean(np.concatenate(js))) if js else nan
 
-    jerk = pooled(lambda k: True)
+    jerk = pooled(jerks)
     return {"accel_inconsistency": jerk, "accel_inconsistency_rel": jerk / max(float(np.mean(speeds)), 1e-3),
-            "accel_inconsistency_klt": pooled(lambda k: k), "accel_inconsistency_object": pooled(lambda k: not k),
+            "accel_inconsistency_klt": pooled([j for j, k in zip(jerks, is_klt) if k]),
+            "accel_inconsistency_object": pooled([j for j, k in zip(jerks, is_klt) if not k]),
             "mean_accel": float(np.mean(accs)), "tangential_accel": float(np.median(tang)) if tang else 0.0,
             "num_tracks": len(tracks), "num_moving_tracks": len(jerks)}
 
