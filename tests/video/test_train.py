@@ -145,6 +145,30 @@ def test_resume_continues_where_it_stopped(tmp_path, cache, pipe):
         train(TrainConfig(output_dir=str(tmp_path / "b"), max_steps=5, **{**kw, "stage": 2}), pipe=pipe)
 
 
+def test_save_dtype_float16_halves_the_file_and_loads_as_float32(tmp_path, cache, pipe):
+    from visionmoe.video.adapter import PILAAdapter
+
+    cache_dir, _ = cache
+    kw = dict(stage=1, cache_dir=cache_dir, max_steps=1, seed=5, **SMALL)
+    full = train(TrainConfig(output_dir=str(tmp_path / "f32"), **kw), pipe=pipe)
+    half = train(TrainConfig(output_dir=str(tmp_path / "f16"), save_dtype="float16", **kw), pipe=pipe)
+    a, b = _adapter_state(full.adapter_dir), _adapter_state(half.adapter_dir)
+    assert a.keys() == b.keys()
+    for k in a:
+        if a[k].is_floating_point():
+            assert b[k].dtype == torch.float16, k
+            torch.testing.assert_close(b[k], a[k].half(), rtol=0, atol=0, msg=k)
+        else:
+            torch.testing.assert_close(b[k], a[k], rtol=0, atol=0, msg=k)
+    weights = "diffusion_pytorch_model.safetensors"
+    assert os.path.getsize(os.path.join(half.adapter_dir, weights)) < 0.6 * os.path.getsize(
+        os.path.join(full.adapter_dir, weights))
+    loaded = PILAAdapter.from_pretrained(half.adapter_dir)
+    assert {p.dtype for p in loaded.parameters()} == {torch.float32}
+    with pytest.raises(ValueError, match="save_dtype must be one of"):
+        TrainConfig(data="x", save_dtype="half")
+
+
 def test_bf16_backbone_and_wan22(tmp_path, cache):
     """Mixed precision runs the frozen backbone in bf16 (the adapter stays float32); the Wan 2.2
     layout (two transformers split at the boundary) trains too."""

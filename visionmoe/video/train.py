@@ -43,6 +43,7 @@ schedule, grad scaler) continues exactly where it stopped, and ``accelerate laun
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import logging
@@ -60,6 +61,7 @@ import torch.nn.functional as F
 logger = logging.getLogger(__name__)
 
 STAGES = (1, 2, 3)
+_SAVE_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 _ADAPTER_KEYS = {"patch_size", "hidden_dim", "slot_dim", "expert_hidden", "experts_per_category", "top_k",
                  "flow_window", "flow_reg", "kappa"}
 
@@ -128,6 +130,7 @@ class TrainConfig:
     num_workers: int = 0
     cache_batch_size: int = 1
     shard_size: int = 64
+    save_dtype: str = "float32"  # dtype of the saved adapter weights; "float16" halves the file
 
     def __post_init__(self):
         errs = []
@@ -145,6 +148,8 @@ class TrainConfig:
             errs.append(f"learning_rate must be > 0, got {self.learning_rate}")
         if self.mixed_precision not in ("no", "bf16", "fp16"):
             errs.append(f"mixed_precision must be 'no', 'bf16' or 'fp16', got {self.mixed_precision!r}")
+        if self.save_dtype not in _SAVE_DTYPES:
+            errs.append(f"save_dtype must be one of {sorted(_SAVE_DTYPES)}, got {self.save_dtype!r}")
         if self.sigma_sampling not in ("uniform", "logit_normal"):
             errs.append(f"sigma_sampling must be 'uniform' or 'logit_normal', got {self.sigma_sampling!r}")
         if not self.sigma_shift > 0:
@@ -642,6 +647,8 @@ def train(cfg: TrainConfig, *, progress: bool = False, log_callback: Optional[Ca
         final = accelerator.unwrap_model(model)
         if cfg.stage >= 2 and final.text_classifier is not None:
             final.text_classifier.trained.fill_(True)
+        if cfg.save_dtype != "float32":  # a cast copy: the trained model stays as it is
+            final = copy.deepcopy(final).to(_SAVE_DTYPES[cfg.save_dtype])
         final.save_pretrained(adapter_dir)
     accelerator.wait_for_everyone()
     if cfg.report_to != "none":
