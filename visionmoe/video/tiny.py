@@ -1,19 +1,21 @@
-"""The embedded tiny Wan pipeline (configs in the repository's ``assets/tiny_wan``).
+"""The embedded tiny Wan pipeline (configs shipped in the package, ``visionmoe/video/assets/tiny_wan``).
 
 Built offline from configs with weights drawn deterministically from a seed (the RNG of the
 caller is left untouched). Wan 2.1 layout: one transformer. Wan 2.2 layout: a high-noise
 ``transformer`` and a low-noise ``transformer_2`` (different seeds) switched at
-``boundary_ratio``. Used by the tests and as the default model of ``scripts/generate_video.py``.
+``boundary_ratio``. A test fixture: its videos are structured noise, not content.
 """
 
 from __future__ import annotations
 
 import json
+from importlib.resources import files
 from pathlib import Path
 
 import torch
 
-DEFAULT_ASSETS = Path(__file__).resolve().parents[2] / "assets" / "tiny_wan"
+#: the configs ship as package data (installed with the wheel, found from any directory)
+DEFAULT_ASSETS = Path(str(files("visionmoe.video").joinpath("assets", "tiny_wan")))
 
 
 def _read(path: Path) -> dict:

@@ -1,18 +1,19 @@
-"""The toy physics world model shipped in the repository's ``assets/toy_world``.
+"""The toy physics world model shipped in the package (``visionmoe/video/assets/toy_world``).
 
 A real diffusers Wan 2.1 pipeline (``AutoencoderKLWan``, ``WanTransformer3DModel``, a small
 ``UMT5EncoderModel`` and a word-level tokenizer, ``UniPCMultistepScheduler``) trained here
 from scratch by ``scripts/train_toy_world.py`` on procedural clips of
 :mod:`visionmoe.video.synthetic` (64x64, 17 frames, one ball falling or bouncing, captioned
-with its colour). See ``assets/toy_world/MODEL_CARD.md`` for how it was made and what it can
+with its colour). See ``visionmoe/video/assets/toy_world/MODEL_CARD.md`` for how it was made and what it can
 and cannot do. It loads offline in about a second and generates a clip in seconds on a CPU.
 
-Its PILA adapter (if shipped) lives in ``assets/toy_world/pila``.
+Its PILA adapter (if shipped) lives in its ``pila`` folder.
 """
 
 from __future__ import annotations
 
 import logging
+from importlib.resources import files
 from pathlib import Path
 from typing import Optional, Union
 
@@ -20,7 +21,8 @@ import torch
 
 logger = logging.getLogger(__name__)
 
-TOY_WORLD_PATH = Path(__file__).resolve().parents[2] / "assets" / "toy_world"
+#: package data: installed with the wheel, so the loader works from any directory
+TOY_WORLD_PATH = Path(str(files("visionmoe.video").joinpath("assets", "toy_world")))
 
 #: generation defaults the model was trained for
 TOY_WORLD_DEFAULTS = dict(height=64, width=64, num_frames=17, num_inference_steps=20, guidance_scale=3.0)
@@ -45,7 +47,7 @@ def load_toy_world(path: Optional[Union[str, Path]] = None, device: Union[str, t
 
     Args:
         path: a folder in the ``WanPipeline.save_pretrained`` layout (default: the shipped
-            ``assets/toy_world``).
+            ``visionmoe/video/assets/toy_world``).
         device, dtype: where to put it.
     """
     from diffusers import WanPipeline
