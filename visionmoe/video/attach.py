@@ -22,6 +22,13 @@ With ``residual_guidance = eta > 0`` the step's correction becomes ``s dv + dv_g
 ``dv_g`` is a normalised gradient step of size ``eta * rms(v)`` that lowers the residual
 energy of the bank built from ``(x_t, v_c + s dv)``; it is shared by both branches the same way.
 
+Image-to-video: ``WanImageToVideoPipeline`` (Wan 2.1 I2V, Wan 2.2 I2V-A14B) feeds the
+transformer ``cat([latents, condition])`` (16 + 20 = 36 channels) and gets 16 back; the hook
+hands the adapter the first ``out_channels`` channels of the input (the noisy latents; the
+condition is not part of the state the velocity moves). Wan 2.2 TI2V-5B uses a different,
+48-channel VAE (``AutoencoderKLWan`` with ``z_dim=48``); attaching a 16-channel adapter to it
+raises a one-line error that names that VAE.
+
 Schedule: ``s(t) = scale * per-step window``, where the window is 1 when the denoising
 progress ``p`` lies in ``[start, end)`` and 0 otherwise; ``p = step_index /
 num_inference_steps`` from the pipeline's cache context (``1 - sigma`` when a pipeline
@@ -180,6 +187,9 @@ class PILAHook(ModelHook):
         scale = c.settings.window(progress)
         if scale == 0.0:
             return output
+        if hidden_states.shape[1] != sample.shape[1]:
+            # image-to-video: the input is cat([latents, condition]); the state is the latents
+            hidden_states = hidden_states[:, : sample.shape[1]]
         ctx = self.state_manager._context
         branch = ctx.name if ctx is not None else "cond"
         cached = c._cache
@@ -287,7 +297,17 @@ def attach_pila(
     models = [(n, m) for n, m in models if m is not None]
     if not models:
         raise ValueError(f"{type(pipe).__name__} has no `transformer` or `transformer_2` to attach PILA to")
-    adapter.check_compatible(latent_channels=_latent_channels(pipe), text_dim=_text_dim(pipe), where=type(pipe).__name__)
+    channels = _latent_channels(pipe)
+    if channels != adapter.config.latent_channels:
+        vae = getattr(pipe, "vae", None)
+        z = getattr(getattr(vae, "config", None), "z_dim", None)
+        raise ValueError(
+            f"{type(pipe).__name__} works in {channels}-channel latents ({type(vae).__name__} z_dim={z}"
+            f"{', the Wan 2.2 TI2V-5B VAE' if channels == 48 else ''}) but this PILA adapter reads "
+            f"{adapter.config.latent_channels}-channel latents (the Wan 2.1 VAE, shared by Wan 2.1 and Wan 2.2 A14B); "
+            f"use an adapter trained with latent_channels={channels}"
+        )
+    adapter.check_compatible(latent_channels=channels, text_dim=_text_dim(pipe), where=type(pipe).__name__)
     if is_attached(pipe):
         detach_pila(pipe)
     sched = getattr(pipe, "scheduler", None)
