@@ -218,7 +218,7 @@ def test_adapter_roundtrip_reproduces_outputs(tmp_path):
 
 def test_incompatible_adapter_fails_clearly(tmp_path):
     pipe = load_tiny_wan("2.1")
-    with pytest.raises(ValueError, match="expects 48-channel latents but the WanPipeline uses 16-channel"):
+    with pytest.raises(ValueError, match="WanPipeline works in 16-channel latents .* this PILA adapter reads 48-channel"):
         attach_pila(pipe, PILAAdapter(latent_channels=48, hidden_dim=16, slot_dim=4, expert_hidden=16))
     PILAAdapter(**{**SMALL, "text_dim": 4096}).save_pretrained(tmp_path / "big_text")
     with pytest.raises(ValueError, match="4096-dim text embeddings but the WanPILAPipeline produces 32"):
