@@ -26,6 +26,7 @@ _EXPORTS = {
     "classify_prompt": "labels",
     "CATEGORY_NAMES": "taxonomy",
     "SLOTS": "taxonomy",
+    "evaluate_toy_world": "evaluation",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -19,6 +19,16 @@ time-reversed and frame-dropped clips score worse; see the tests):
   (restitution <= 1). Also the horizontal acceleration along the motion: friction
   decelerates (``tangential_accel <= 0``).
 
+- :func:`guarded_track`: the object track the guarded evaluation uses. Its foreground
+  threshold is a fixed fraction of each frame's peak deviation from the background, so a
+  fainter object is segmented to the same shape and position (contrast-independent); it
+  reports the guards every headline must be read next to: foreground area, object contrast,
+  frames tracked and objects per frame. :func:`scale_free_jerk` is the jerk of that track
+  over its speed (1/frame^2: unchanged when the motion is scaled in space).
+- Negative controls: :func:`fade_object`, :func:`shrink_object`, :func:`hide_object`,
+  :func:`freeze_motion` (plus shuffled, reversed and dropped frames); none of them may
+  improve a headline of :mod:`visionmoe.video.evaluation`.
+
 Frames are uint8 ``[F, H, W, 3]`` arrays (RGB). Units are pixels and frames.
 """
 
@@ -49,6 +59,14 @@ __all__ = [
     "shuffle_frames",
     "reverse_frames",
     "drop_frames",
+    "fade_object",
+    "shrink_object",
+    "hide_object",
+    "freeze_motion",
+    "GuardedTrack",
+    "guarded_track",
+    "scale_free_jerk",
+    "GUARDED_DEFAULTS",
     "export_phygenbench",
     "export_videophy2",
     "read_prompts",
@@ -102,6 +120,61 @@ def drop_frames(frames: np.ndarray, num: int = 2, seed: int = 0) -> np.ndarray:
     idx = rng.choice(np.arange(2, len(frames) - 2), size=num, replace=False)
     keep = np.setdiff1d(np.arange(len(frames)), idx)
     return frames[keep]
+
+
+def _background(frames: np.ndarray) -> np.ndarray:
+    return np.median(frames.astype(np.float32), axis=0)
+
+
+def _object_masks(frames: np.ndarray, rel_threshold: float = 0.5, min_threshold: float = 8.0) -> np.ndarray:
+    """[F, H, W] bool: pixels whose deviation from the temporal median exceeds
+    ``max(min_threshold, rel_threshold * peak deviation of the frame)``."""
+    dev = np.abs(frames.astype(np.float32) - _background(frames)).max(-1)
+    peak = dev.reshape(len(frames), -1).max(1)
+    thr = np.maximum(min_threshold, rel_threshold * peak)
+    return dev > thr[:, None, None]
+
+
+def fade_object(frames, factor: float = 0.7) -> np.ndarray:
+    """Lower the contrast of everything that differs from the background (temporal median) to
+    ``factor`` of it: the motion is untouched."""
+    frames = _check(frames)
+    bg = _background(frames)
+    return np.clip(np.rint(bg + factor * (frames.astype(np.float32) - bg)), 0, 255).astype(np.uint8)
+
+
+def shrink_object(frames, pixels: int = 1) -> np.ndarray:
+    """Erode the moving object by ``pixels`` (its rim becomes background): a smaller object on
+    the same path."""
+    cv2 = _cv2()
+    frames = _check(frames)
+    bg = _background(frames)
+    masks = _object_masks(frames, rel_threshold=0.15)
+    kernel = np.ones((2 * pixels + 1, 2 * pixels + 1), np.uint8)
+    out = frames.copy()
+    for t, m in enumerate(masks):
+        rim = m & ~cv2.erode(m.astype(np.uint8), kernel).astype(bool)
+        out[t][rim] = np.rint(bg[rim]).astype(np.uint8)
+    return out
+
+
+def hide_object(frames, hidden=(5, 6, 7, 8, 9)) -> np.ndarray:
+    """The object vanishes (becomes background) in the frames ``hidden``."""
+    frames = _check(frames)
+    bg = _background(frames)
+    masks = _object_masks(frames, rel_threshold=0.1, min_threshold=4.0)
+    out = frames.copy()
+    for t in hidden:
+        m = masks[t]
+        out[t][m] = np.rint(bg[m]).astype(np.uint8)
+    return out
+
+
+def freeze_motion(frames, start: int = 8) -> np.ndarray:
+    """Every frame from ``start`` on repeats frame ``start``: the object stops mid-motion."""
+    frames = _check(frames).copy()
+    frames[start:] = frames[start]
+    return frames
 
 
 # ---------------------------------------------------------------------------------------
@@ -322,6 +395,111 @@ def object_track(frames, *, threshold: float = 30.0, min_area: int = 4) -> np.nd
         out[t] = c[0]
         prev.append(t)
     return out
+
+
+#: Defaults of the guarded track (see :func:`guarded_track`).
+GUARDED_DEFAULTS = {"rel_threshold": 0.5, "min_threshold": 8.0, "min_area": 3}
+
+
+@dataclass
+class GuardedTrack:
+    """The main moving object per frame (NaN / 0 where not found) and the guards.
+
+    ``positions`` [F, 2] centroid (x, y); ``area`` [F] pixels of its component; ``contrast``
+    [F] peak deviation from the background in [0, 1]; ``count`` [F] components of at least
+    ``min_area`` pixels (objects per frame).
+    """
+
+    positions: np.ndarray
+    area: np.ndarray
+    contrast: np.ndarray
+    count: np.ndarray
+
+    @property
+    def found(self) -> np.ndarray:
+        return ~np.isnan(self.positions).any(1)
+
+    @property
+    def frames_tracked(self) -> int:
+        return int(self.found.sum())
+
+    def guards(self) -> Dict[str, float]:
+        f = self.found
+        nan = float("nan")
+        return {"frames_tracked": float(f.sum()), "fg_area": float(self.area[f].mean()) if f.any() else nan,
+                "contrast": float(self.contrast[f].mean()) if f.any() else nan,
+                "objects_per_frame": float(self.count.mean())}
+
+
+def guarded_track(frames, *, rel_threshold: float = 0.5, min_threshold: float = 8.0, min_area: int = 3) -> GuardedTrack:
+    """Contrast-independent track of the main moving object, with its guards.
+
+    Background = per-pixel temporal median. In each frame the foreground is where the
+    deviation from it exceeds ``rel_threshold`` of that frame's peak deviation (at least
+    ``min_threshold`` grey levels, so a frame with nothing in it stays empty): a faded object
+    (all deviations scaled by the same factor) gives the same mask, centroid and area, while
+    its contrast guard drops. Components of at least ``min_area`` pixels are candidates; the
+    track starts at the largest and then follows the candidate nearest to the
+    constant-velocity prediction (as :func:`object_track`).
+    """
+    cv2 = _cv2()
+    frames = _check(frames)
+    bg = _background(frames)
+    dev = np.abs(frames.astype(np.float32) - bg).max(-1)
+    F = frames.shape[0]
+    out = GuardedTrack(np.full((F, 2), np.nan), np.zeros(F), np.zeros(F), np.zeros(F))
+    cands = []
+    for t in range(F):
+        thr = max(min_threshold, rel_threshold * float(dev[t].max()))
+        n, lab, stats, cents = cv2.connectedComponentsWithStats((dev[t] > thr).astype(np.uint8), connectivity=8)
+        cs = [(cents[i], stats[i, cv2.CC_STAT_AREA], i) for i in range(1, n) if stats[i, cv2.CC_STAT_AREA] >= min_area]
+        out.count[t] = len(cs)
+        cands.append((cs, lab))
+    start = next((t for t in range(F) if cands[t][0]), None)
+    if start is None:
+        return out
+
+    def take(t, c):
+        out.positions[t] = c[0]
+        out.area[t] = c[1]
+        out.contrast[t] = float(dev[t][cands[t][1] == c[2]].max()) / 255.0
+
+    first = max(cands[start][0], key=lambda c: c[1])
+    take(start, first)
+    area, prev = first[1], [start]
+    for t in range(start + 1, F):
+        if not cands[t][0]:
+            continue
+        last = prev[-1]
+        pred = out.positions[last]
+        if len(prev) >= 2:
+            l2 = prev[-2]
+            pred = out.positions[last] + (out.positions[last] - out.positions[l2]) * (t - last) / (last - l2)
+        take(t, min(cands[t][0], key=lambda c: np.linalg.norm(c[0] - pred) + 0.5 * abs(math.sqrt(c[1]) - math.sqrt(area))))
+        prev.append(t)
+    return out
+
+
+def scale_free_jerk(track: np.ndarray, *, min_length: int = 5, min_motion: float = 1.0) -> float:
+    """Mean ``|jerk|`` over mean speed of a ``[F, 2]`` track (NaN = missing), 1/frame^2.
+
+    Pooled over the runs of consecutive found frames of at least ``min_length`` frames;
+    NaN when no run qualifies or the object moves less than ``min_motion`` px in total.
+    Scaling the motion in space leaves it unchanged; so does fading or shrinking the object.
+    """
+    jerks, speeds = [], []
+    for run in _tracked_runs(np.asarray(track, np.float64)):
+        if len(run) < min_length:
+            continue
+        v = np.diff(run[:, 1:], axis=0)
+        jerks.append(np.linalg.norm(np.diff(v, n=2, axis=0), axis=1))
+        speeds.append(np.linalg.norm(v, axis=1))
+    if not jerks:
+        return float("nan")
+    sp = np.concatenate(speeds)
+    if sp.sum() < min_motion:
+        return float("nan")
+    return float(np.concatenate(jerks).mean() / max(sp.mean(), 1e-3))
 
 
 @dataclass
