@@ -206,3 +206,34 @@ def test_generate_video_script_is_an_alias(tmp_path):
     r = subprocess.run([sys.executable, str(script), "--fps", "0", "-o", str(tmp_path / "v.mp4")],
                        capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert r.returncode == 2 and r.stderr.strip() == "visionmoe-video generate: error: --fps must be > 0, got 0"
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--num", "0"], "--num must be >= 1, got 0"),
+        (["--steps", "0"], "--steps must be >= 1"),
+        (["--scale", "-0.5"], "--scale must be >= 0"),
+        (["--window", "0.8", "0.2"], "need 0 <= START <= END <= 1 for --window"),
+        (["--model", "."], "is not a diffusers checkpoint folder"),
+        (["--adapter", "missing"], "adapter 'missing': no such directory"),
+        (["--device", "cuda:7"], "torch sees"),
+        (["-o", "no/such/dir"], "directory 'no/such' does not exist"),
+    ],
+)
+def test_eval_argument_errors(args, message, tmp_path, capsys, monkeypatch):
+    import visionmoe.video.evaluation as E
+
+    monkeypatch.setattr(E, "evaluate_toy_world", lambda *a, **k: (_ for _ in ()).throw(AssertionError("ran")))
+    monkeypatch.chdir(tmp_path)
+    line = run_error(["eval", *args], capsys)
+    assert line.startswith("visionmoe-video eval: error: ") and message in line, line
+
+
+def test_eval_writes_table(tmp_path, capsys):
+    out = tmp_path / "ev"
+    assert cli.main(["eval", "--num", "1", "--steps", "1", "--batch", "1", "-q", "-o", str(out)]) == 0
+    table = (out / "table.md").read_text()
+    assert "| base |" in table and "PILA (scale 1)" in table
+    assert "scale-0 control bit-identical to the base: True" in table
+    assert json.loads((out / "results.json").read_text())["control_bit_identical"] is True
