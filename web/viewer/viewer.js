@@ -1,0 +1,159 @@
+// Progressive .pgms viewer: streams the file, shows each pyramid level as soon as its section
+// has arrived (coarse to fine), rendered by Spark (three.js). Query parameters:
+//   file=URL          the .pgms to show (default ../scene.pgms)
+//   level=L           stop refining after level L
+//   camera=JSON       {"viewmat": [16 numbers, row-major world-to-camera, OpenCV axes], "fovx": degrees}
+//                     (default: the orbit camera of `visionmoe-splat render --views 1`, from level 0)
+//   hud=0             hide the overlay (screenshots)
+//   width=W&height=H  fixed canvas size in CSS pixels (default: the window)
+// window.pgmsViewer reports progress to tests: {shown: [{level, bytes, count, ms}], done, error, ...}.
+
+import * as THREE from "three";
+import { OrbitControls } from "three/addons/controls/OrbitControls.js";
+import { SparkRenderer, SplatMesh } from "@sparkjsdev/spark";
+import { PgmsStream } from "../src/pgms.js";
+import { sceneToPly, orbitCamera } from "../src/scene.js";
+
+const params = new URLSearchParams(location.search);
+const fileUrl = params.get("file") || "../scene.pgms";
+const maxLevel = params.has("level") ? Number(params.get("level")) : Infinity;
+const fixedW = Number(params.get("width")) || 0;
+const fixedH = Number(params.get("height")) || 0;
+const hud = document.getElementById("hud");
+const statusEl = document.getElementById("status");
+const errorEl = document.getElementById("error");
+if (params.get("hud") === "0") hud.classList.add("hidden");
+
+const state = (window.pgmsViewer = { shown: [], done: false, error: null, bytes: 0, total: null, levels: null, t0: performance.now() });
+
+const width = () => fixedW || window.innerWidth;
+const height = () => fixedH || window.innerHeight;
+const renderer = new THREE.WebGLRenderer({ antialias: false, preserveDrawingBuffer: true });
+renderer.setPixelRatio(fixedW ? 1 : window.devicePixelRatio);
+renderer.setSize(width(), height());
+renderer.setClearColor(0x000000, 1);
+document.body.appendChild(renderer.domElement);
+const scene = new THREE.Scene();
+// 3DGS semantics of the Python rasteriser: 3 sigma extent, alpha >= 1/255, 0.3 px low-pass, depth sort
+const spark = new SparkRenderer({ renderer, maxStdDev: 3, minAlpha: 1 / 255, blurAmount: 0.3, sortRadial: false });
+scene.add(spark);
+const camera = new THREE.PerspectiveCamera(50, width() / height(), 0.01, 1e6);
+const controls = new OrbitControls(camera, renderer.domElement);
+controls.enableDamping = true;
+let cameraSet = false;
+
+function setCamera(viewmat, fovx, target) {
+  // OpenCV world-to-camera -> three.js camera (x right, y up, looking down -z)
+  const V = new THREE.Matrix4().set(...viewmat);
+  const C = V.clone().invert().multiply(new THREE.Matrix4().makeScale(1, -1, -1));
+  C.decompose(camera.position, camera.quaternion, camera.scale);
+  const aspect = width() / height();
+  camera.fov = THREE.MathUtils.radToDeg(2 * Math.atan(Math.tan(THREE.MathUtils.degToRad(fovx) / 2) / aspect));
+  camera.aspect = aspect;
+  camera.updateProjectionMatrix();
+  // orbit around the scene centre (or a point ahead of the camera)
+  if (target) controls.target.set(...target);
+  else controls.target.copy(camera.position).add(new THREE.Vector3(0, 0, -1).applyQuaternion(camera.quaternion));
+  camera.up.set(0, 1, 0).applyQuaternion(camera.quaternion);
+  controls.update();
+  cameraSet = true;
+}
+
+const given = params.get("camera");
+if (given) {
+  const c = JSON.parse(given);
+  setCamera(c.viewmat, c.fovx, c.target);
+}
+
+window.addEventListener("resize", () => {
+  if (fixedW) return;
+  renderer.setSize(width(), height());
+  camera.aspect = width() / height();
+  camera.updateProjectionMatrix();
+});
+
+let mesh = null;
+let frames = 0;
+renderer.setAnimationLoop(() => {
+  controls.update();
+  renderer.render(scene, camera);
+  frames++;
+});
+
+function fmtBytes(b) {
+  return b < 1024 ? `${b} B` : b < 1048576 ? `${(b / 1024).toFixed(1)} KiB` : `${(b / 1048576).toFixed(2)} MiB`;
+}
+
+function updateHud() {
+  const shown = state.shown.at(-1);
+  const lv = shown ? `level ${shown.level + 1} of ${state.levels} (${shown.count.toLocaleString()} splats)` : "waiting for level 1";
+  const total = state.total ? ` of ${fmtBytes(state.total)}` : "";
+  statusEl.textContent = `${lv}\n${fmtBytes(state.bytes)}${total} received${state.done ? " - complete" : ""}`;
+}
+
+const nextFrames = (k) => new Promise((resolve) => {
+  const start = frames;
+  const poll = () => (frames >= start + k ? resolve() : requestAnimationFrame(poll));
+  requestAnimationFrame(poll);
+});
+
+let showing = Promise.resolve();
+function show(level, sc, bytes) {
+  showing = showing.then(async () => {
+    if (!cameraSet) {
+      const c = orbitCamera(sc, { fovDeg: 50, elevationDeg: 20 });
+      setCamera(c.viewmat, c.fovx, c.target);
+    }
+    const next = new SplatMesh({ fileBytes: sceneToPly(sc), fileType: "ply", extSplats: true, enableLod: false });
+    await next.initialized;
+    scene.add(next);
+    if (mesh) {
+      scene.remove(mesh);
+      mesh.dispose();
+    }
+    mesh = next;
+    await nextFrames(3); // sorted and drawn
+    state.shown.push({ level, bytes, count: sc.count, ms: performance.now() - state.t0 });
+    updateHud();
+  });
+  return showing;
+}
+
+async function run() {
+  const stream = new PgmsStream();
+  const res = await fetch(fileUrl);
+  if (!res.ok) throw new Error(`${fileUrl}: HTTP ${res.status}`);
+  const len = Number(res.headers.get("content-length"));
+  if (len) state.total = len;
+  const reader = res.body.getReader();
+  state.t0 = performance.now();
+  let pending = null;
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    state.bytes += value.length;
+    if (state.firstByteMs === undefined) state.firstByteMs = performance.now() - state.t0;
+    const levels = stream.push(value);
+    if (stream.header) state.levels = stream.header.numLevels;
+    const want = levels.filter((l) => l.level <= maxLevel);
+    if (want.length) {
+      pending = want.at(-1);
+      show(pending.level, pending.scene, pending.bytes);
+    }
+    updateHud();
+    if (stream.levels.length > maxLevel) {
+      reader.cancel();
+      break;
+    }
+  }
+  if (stream.levels.length <= Math.min(maxLevel, (stream.header?.numLevels ?? 1) - 1)) stream.end();
+  await showing;
+  state.done = true;
+  updateHud();
+}
+
+run().catch((e) => {
+  state.error = String(e && e.message ? e.message : e);
+  errorEl.textContent = `\n${state.error}`;
+  console.error(e);
+});
