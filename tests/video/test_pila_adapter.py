@@ -30,7 +30,7 @@ def test_untrained_is_exact_noop_and_structured_output():
     assert out.bank.slots.shape == (2 * 5 * 4 * 6, len(SLOTS), 8)
     assert set(out.refined_proxies) == set(SLOTS)
     assert out.refined_proxies["velocity"].shape == (2, 2, 5, 4, 6)
-    assert set(out.residuals) == {"kinematic", "advection", "continuity", "incompressibility", "rigidity", "gravity", "heat"}
+    assert set(out.residuals) == {"kinematic", "trajectory", "advection", "continuity", "incompressibility", "rigidity", "gravity", "heat"}
     assert out.aux_loss.ndim == 0 and out.z_loss.ndim == 0
     assert out.experts.category_mass.shape == (2, len(CATEGORY_NAMES))
     assert torch.isfinite(out.residual_loss())

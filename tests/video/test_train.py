@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from visionmoe.video.synthetic import write_dataset
+from visionmoe.video.adapter import PILAAdapter
 from visionmoe.video.train import TrainConfig, batch_indices, motion_loss, train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -108,8 +109,8 @@ def test_all_stages_two_steps_backbone_frozen(tmp_path, cache, pipe):
         res = train(cfg, pipe=pipe)
         assert res.steps == 2 and len(res.history) == 2
         assert all(torch.isfinite(torch.tensor(v)) for h in res.history for v in h.values())
-        keys = {1: {"anchor", "kinematic"}, 2: {"category", "classifier", "balance", "z", "residual"},
-                3: {"flow", "flow_base", "motion", "residual", "balance"}}[stage]
+        keys = {1: {"anchor"}, 2: {"category", "classifier", "balance", "z", "residual"},
+                3: {"flow", "flow_base", "motion", "residual", "balance", "physics", "physics_base", "physics_data"}}[stage]
         assert keys <= set(res.history[-1])
         after = _adapter_state(res.adapter_dir)
         if prev is not None:
@@ -295,3 +296,64 @@ def test_distributed_two_cpu_processes(tmp_path, cache):
     ckpt = out / "checkpoints" / "checkpoint-2"
     assert (ckpt / "random_states_0.pkl").is_file() and (ckpt / "random_states_1.pkl").is_file()  # two processes
     assert (out / "adapter" / "diffusion_pytorch_model.safetensors").is_file()
+
+
+def test_physics_loss_acts_through_dv_and_is_zero_on_the_data():
+    """The stage-3 physics term is measured on the corrected clean-latent estimate: its gradient
+    reaches the correction, and a prediction that lands exactly on the data costs nothing."""
+    from visionmoe.video.train import physics_loss, trajectory_residual
+
+    g = torch.Generator().manual_seed(0)
+    yy, xx = torch.meshgrid(torch.arange(16.0), torch.arange(16.0), indexing="ij")
+    def blob(ys):  # [1, 1, F, H, W]
+        return torch.stack([torch.exp(-((yy - y) ** 2 + (xx - 8) ** 2) / 6.0) for y in ys])[None, None]
+
+    amp = torch.randn(2, 16, 1, 1, 1, generator=g)
+    x0 = blob([3.0 + 0.5 * t * t for t in range(5)]) * amp  # a blob under constant acceleration
+    jerky = blob([3.0, 5.0, 5.0, 8.5, 11.0]) * amp  # the same blob on a jerky path
+    eps = torch.randn(x0.shape, generator=g)
+    sigma = torch.tensor([0.5, 0.8])
+    s = sigma.view(-1, 1, 1, 1, 1)
+    x_t = (1 - s) * x0 + s * eps
+    exact = eps - x0  # x_t - sigma * exact == x0
+    loss, _, r_data = physics_loss(x_t, exact, exact, x0, sigma)
+    assert float(loss) == pytest.approx(0.0, abs=1e-6) and float(r_data) > 0
+    dv = torch.zeros_like(x0, requires_grad=True)
+    noisy = (x_t - jerky) / s  # lands on the jerky path
+    loss, base, _ = physics_loss(x_t, noisy + dv, noisy, x0, sigma)
+    assert float(loss.detach()) > 0 and float(base) > 0
+    loss.backward()
+    assert dv.grad is not None and dv.grad.abs().sum() > 0
+    assert trajectory_residual(x0).shape == (2,)
+
+
+def test_flow_guidance_trains_on_the_guided_velocity(cache, pipe):
+    """With flow_guidance = g the flow loss is that of v_u + g (v_c - v_u) + s dv, the velocity the
+    hook changes in a guided pipeline; the adapter still reads the conditional velocity."""
+    from visionmoe.video.data import LatentCache, collate, encode_captions
+    from visionmoe.video.train import backbone_velocity, stage_losses
+
+    cache_dir, _ = cache
+    ds = LatentCache(cache_dir)
+    batch = collate([ds[0], ds[1]], 32)
+    adapter = PILAAdapter(latent_channels=16, text_dim=int(batch["text"].shape[-1]), hidden_dim=16, slot_dim=4,
+                          expert_hidden=16)
+    e = encode_captions(pipe, [""], 32)[0]
+    uncond = torch.cat([e, e.new_zeros(32 - e.shape[0], e.shape[1])])[None]
+    seen = []
+
+    def fn(x_t, v, sigma, **kw):
+        seen.append(v.clone())
+        return adapter(x_t, v, sigma, **kw)
+
+    losses = {}
+    for g_ in (1.0, 3.0):
+        cfg = TrainConfig(stage=3, output_dir="unused", cache_dir=cache_dir, flow_guidance=g_, w_physics=0.0, **SMALL)
+        losses[g_] = stage_losses(fn, adapter, pipe, batch, cfg, torch.Generator().manual_seed(3), torch.device("cpu"),
+                                  uncond)
+    assert torch.equal(seen[0], seen[1])  # the adapter reads the conditional velocity either way
+    assert not torch.isclose(losses[1.0]["flow_base"], losses[3.0]["flow_base"])
+    # the guided base loss is the one of v_u + 3 (v_c - v_u) (dv = 0: untrained)
+    assert torch.isclose(losses[3.0]["flow"], losses[3.0]["flow_base"])
+    with pytest.raises(ValueError, match="flow_guidance"):
+        TrainConfig(stage=3, output_dir="unused", cache_dir=cache_dir, flow_guidance=-1.0)

@@ -93,12 +93,27 @@ class PILAAdapter(ModelMixin, ConfigMixin):
         flow_window: int = 3,
         flow_reg: float = 1e-2,
         kappa: float = 0.1,
+        structure: str = "physics",
+        anchor: bool = True,
+        single_expert: bool = False,
+        plain_blocks: int = 4,
     ):
         super().__init__()
         if latent_channels < 1 or patch_size < 1:
             raise ValueError(f"latent_channels and patch_size must be positive, got {latent_channels}, {patch_size}")
-        self.fields = FieldEstimator(latent_channels, patch_size, hidden_dim, slot_dim, flow_window=flow_window, flow_reg=flow_reg)
-        self.experts = PhysicsExperts(hidden_dim, slot_dim, expert_hidden, experts_per_category, top_k)
+        if structure not in ("physics", "plain"):
+            raise ValueError(f"structure must be 'physics' (fields, experts, residuals) or 'plain' (ablation), got {structure!r}")
+        if structure == "plain":
+            # ablation: same inputs (x_t, v, sigma, text), no fields, experts, routing or residuals
+            self.plain = PlainCorrector(latent_channels, patch_size, hidden_dim, plain_blocks, text_dim)
+            self.text_classifier = self.text_prior_weight = None
+            self.log_kappa = nn.Parameter(torch.tensor(float(kappa)).log(), requires_grad=False)
+            return
+        self.plain = None
+        self.fields = FieldEstimator(latent_channels, patch_size, hidden_dim, slot_dim, flow_window=flow_window,
+                                     flow_reg=flow_reg, use_anchor=anchor)
+        self.experts = PhysicsExperts(hidden_dim, slot_dim, expert_hidden, experts_per_category, top_k,
+                                      single_expert=single_expert)
         self.text_classifier = TextCategoryClassifier(text_dim) if text_dim else None
         self.text_prior_weight = nn.Parameter(torch.zeros(())) if text_dim else None
         n = len(SLOTS) * slot_dim
@@ -152,6 +167,10 @@ class PILAAdapter(ModelMixin, ConfigMixin):
             x = F.pad(x, (0, pw, 0, ph, 0, 0), mode="replicate")
             v = F.pad(v, (0, pw, 0, ph, 0, 0), mode="replicate")
         sigma = torch.as_tensor(sigma, dtype=self.dtype, device=x.device).reshape(-1).expand(B)
+        if self.plain is not None:
+            dv = self.plain(x, v, sigma, encoder_hidden_states)[..., :H, :W].to(velocity.dtype)
+            zero = dv.new_zeros((), dtype=torch.float32)
+            return PILAOutput(dv, aux_loss=zero, z_loss=zero)
 
         bank = self.fields(x, v, sigma)
         logits = self.classify_text(encoder_hidden_states)
@@ -188,6 +207,8 @@ class PILAAdapter(ModelMixin, ConfigMixin):
         ``strength`` small (about 0.01): it is a first-order step. Returns zeros when the token
         grid is too small for any residual (fewer than 3 tokens along F, h or w).
         """
+        if self.plain is not None:
+            raise ValueError("residual guidance needs the physics structure; this adapter is structure='plain'")
         with torch.enable_grad():
             v = velocity.detach().to(self.dtype).requires_grad_(True)
             out = self(
@@ -215,6 +236,48 @@ class PILAAdapter(ModelMixin, ConfigMixin):
                 f"PILA adapter's text classifier expects {self.config.text_dim}-dim text embeddings but the "
                 f"{where} produces {text_dim}-dim ones"
             )
+
+
+class PlainCorrector(nn.Module):
+    """The plain ablation: patch tokens of ``[x0, v]`` with a sigma FiLM and a pooled-text bias,
+    ``blocks`` residual blocks (depthwise 3-D convolution over the token grid + MLP), and a
+    zero-initialised decoder to ``dv``. No fields, experts, routing or residuals."""
+
+    def __init__(self, latent_channels: int, patch_size: int, hidden_dim: int, blocks: int, text_dim: int | None):
+        super().__init__()
+        from .fields import _mlp
+
+        self.C, self.p, self.sigma_dim = latent_channels, patch_size, 64
+        self.embed = nn.Linear(2 * latent_channels * patch_size * patch_size, hidden_dim)
+        self.sigma_film = nn.Sequential(nn.Linear(self.sigma_dim, hidden_dim), nn.SiLU(), nn.Linear(hidden_dim, 2 * hidden_dim))
+        self.text = nn.Linear(text_dim, hidden_dim) if text_dim else None
+        self.norm = nn.LayerNorm(hidden_dim, elementwise_affine=False)
+        self.convs = nn.ModuleList(nn.Conv3d(hidden_dim, hidden_dim, 3, padding=1, groups=hidden_dim) for _ in range(blocks))
+        self.mlps = nn.ModuleList(nn.Sequential(nn.LayerNorm(hidden_dim), _mlp(hidden_dim, 2 * hidden_dim, hidden_dim))
+                                  for _ in range(blocks))
+        self.decoder = nn.Linear(hidden_dim, latent_channels * patch_size * patch_size)
+        nn.init.zeros_(self.decoder.weight)
+        nn.init.zeros_(self.decoder.bias)
+
+    def forward(self, x, v, sigma, text=None):
+        from .fields import clean_latent, patchify, sigma_embedding
+
+        B, C, Fr, H, W = x.shape
+        p = self.p
+        grid = (B, Fr, H // p, W // p)
+        x0 = clean_latent(x, v, sigma)
+        hid = self.embed(torch.cat([patchify(x0, p), patchify(v, p)], dim=1))
+        per_tok = hid.shape[0] // B
+        scale, shift = self.sigma_film(sigma_embedding(sigma, self.sigma_dim).to(hid.dtype)).chunk(2, dim=-1)
+        if self.text is not None and text is not None:
+            t = text.to(hid.dtype)
+            keep = (t.abs().sum(-1, keepdim=True) > 0).to(t.dtype)
+            shift = shift + self.text((t * keep).sum(1) / keep.sum(1).clamp_min(1.0))
+        hid = self.norm(hid) * (1 + scale.repeat_interleave(per_tok, 0)) + shift.repeat_interleave(per_tok, 0)
+        for conv, mlp in zip(self.convs, self.mlps):
+            hid = hid + from_grid(conv(to_grid(hid, grid)))
+            hid = hid + mlp(hid)
+        return unpatchify(self.decoder(hid), grid, C, p)
 
 
 def proxies_to_tokens(proxies: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

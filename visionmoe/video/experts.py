@@ -52,8 +52,13 @@ class PhysicsExperts(nn.Module):
         experts_per_category: int = 1,
         top_k: int = 2,
         num_categories: int = NUM_CATEGORIES,
+        single_expert: bool = False,
     ):
         super().__init__()
+        # single_expert (ablation): one expert refines every slot for every token; no routing
+        self.single = single_expert
+        if single_expert:
+            num_categories, experts_per_category, top_k = 1, 1, 1
         self.num_categories, self.per_cat = num_categories, experts_per_category
         self.num_experts = num_categories * experts_per_category
         if not 1 <= top_k <= self.num_experts:
@@ -68,7 +73,8 @@ class PhysicsExperts(nn.Module):
             OperatorExpert(in_dim, expert_hidden, len(SLOTS), slot_dim) for _ in range(self.num_experts)
         )
         # [E, S*d] 0/1: expert e (category e // per_cat) refines only its category's slots
-        m = slot_mask().repeat_interleave(experts_per_category, 0).repeat_interleave(slot_dim, 1)
+        sm = torch.ones(1, len(SLOTS)) if single_expert else slot_mask()
+        m = sm.repeat_interleave(experts_per_category, 0).repeat_interleave(slot_dim, 1)
         self.register_buffer("slot_gate", m, persistent=False)
 
     def expert_mask(self, category_mask: torch.Tensor | None, grid) -> torch.Tensor | None:
@@ -97,6 +103,8 @@ class PhysicsExperts(nn.Module):
         category_bias: torch.Tensor | None = None,  # [B, C] router logit bias (learned text prior)
     ) -> ExpertsOutput:
         T, S, d = slots.shape
+        if self.single:  # no categories to mask, scale or bias
+            category_mask = category_scale = category_bias = None
         x = self.in_norm(torch.cat([slots.flatten(1), hidden], dim=-1))
         logits = self.router(x)
         if category_bias is not None:
@@ -125,4 +133,6 @@ class PhysicsExperts(nn.Module):
         dense = torch.zeros_like(route.probs).scatter_add_(1, route.indices.clamp_min(0), route.weights)
         B = grid[0]
         mass = dense.view(B, -1, self.num_categories, self.per_cat).sum(-1).mean(1)
+        if self.single:  # one expert serves every category alike
+            mass = mass.new_full((B, NUM_CATEGORIES), 1.0 / NUM_CATEGORIES)
         return ExpertsOutput(refinement, route, y, counts, mass)

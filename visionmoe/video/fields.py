@@ -169,8 +169,10 @@ class FieldEstimator(nn.Module):
         sigma_dim: int = 64,
         flow_window: int = 3,
         flow_reg: float = 1e-2,
+        use_anchor: bool = True,
     ):
         super().__init__()
+        self.use_anchor = use_anchor  # False: ablation without the kinematic anchor (anchors read as zeros)
         self.latent_channels, self.patch_size = latent_channels, patch_size
         self.flow_window, self.flow_reg = flow_window, flow_reg
         self.sigma_dim, self.slot_dim = sigma_dim, slot_dim
@@ -200,6 +202,8 @@ class FieldEstimator(nn.Module):
         B, C, Fr, H, W = latents.shape
         x0 = clean_latent(latents, velocity, sigma)
         anchors = self.anchors(x0)
+        if not self.use_anchor:
+            anchors = {k: torch.zeros_like(v) for k, v in anchors.items()}
         anchor_map = torch.cat([anchors["velocity"], anchors["acceleration"], anchors["density"]], dim=1)
         h, w = H // p, W // p
         grid = (B, Fr, h, w)
@@ -220,7 +224,7 @@ class FieldEstimator(nn.Module):
         anchor_tok = {k: pool(v) / (p if k in ("velocity", "acceleration") else 1) for k, v in anchors.items()}
         proxies = self.proxy_heads(slots, grid, anchor_tok)
         proxies["latent"] = pool(x0)
-        dens = anchor_tok["density"]
+        dens = anchor_tok["density"] if self.use_anchor else pool(self.anchors(x0)["density"])
         proxies["occupancy"] = (dens / dens.flatten(1).amax(1).clamp_min(1e-6)[:, None, None, None, None]).detach()
         return AttributeBank(slots, proxies, grid, hid, x0, anchor_tok)
 

@@ -12,7 +12,9 @@ Each residual returns the (optionally weighted) mean squared residual, ``reducti
 non-negative occupancy (e.g. the density proxy), cropped like the residual.
 
 These are the training regularisers of the experts' refinements (and can score videos):
-``kinematic`` (a = dv/dt), ``advection`` (dq/dt + u.grad q = 0), ``continuity``
+``trajectory`` (one shared constant acceleration of the tracked object: gravity between
+contacts), ``kinematic`` (a = dv/dt; zero by construction on the observable anchors, whose
+acceleration is the time derivative of their velocity, so no category uses it any more), ``advection`` (dq/dt + u.grad q = 0), ``continuity``
 (d rho/dt + div(rho u) = 0), ``incompressibility`` (div u = 0), ``rigidity`` (zero strain
 rate), ``gravity`` (spatially and temporally constant acceleration, optionally equal to g),
 ``heat`` (dT/dt = kappa lap T).
@@ -39,6 +41,7 @@ __all__ = [
     "laplacian",
     "rigidity",
     "strain_rate",
+    "trajectory",
 ]
 
 
@@ -160,6 +163,33 @@ def gravity(acceleration, weight=None, reduction="mean", g: torch.Tensor | None 
     return _reduce(res, weight, reduction)
 
 
+def trajectory(velocity, weight=None, reduction="mean", drop_last: bool = True):
+    """Shared constant acceleration of the tracked object (gravity, no contact): a law a motion
+    field can violate, unlike ``a = dv/dt`` between two fields derived from each other.
+
+    The object's velocity per frame is the occupancy-weighted mean of the flow field
+    ``u(t) = sum w u / sum w`` (``weight``: ``[B, 1, F, H, W]``, uniform if None); its
+    acceleration ``a(t) = u(t+1) - u(t)``; the residual is ``a(t) - mean_t a``. With
+    ``drop_last`` the last frame is ignored (:func:`visionmoe.video.fields.latent_flow` repeats
+    the previous motion there). Needs 3 usable frames; returns zeros otherwise.
+    """
+    _check("velocity", velocity, 2)
+    u = velocity[:, :, :-1] if drop_last and velocity.shape[2] > 1 else velocity
+    w = torch.ones_like(u[:, :1]) if weight is None else weight[:, :, : u.shape[2]].expand_as(u[:, :1])
+    mean_u = (u * w).flatten(3).sum(3) / w.flatten(3).sum(3).clamp_min(1e-12)  # [B, 2, F']
+    if mean_u.shape[2] < 3:
+        per = velocity.new_zeros(velocity.shape[0])
+        return per if reduction == "none" else per.mean()
+    a = torch.diff(mean_u, dim=2)
+    res = a - a.mean(2, keepdim=True)
+    per = res.pow(2).flatten(1).mean(1)
+    if reduction == "none":
+        return per
+    if reduction == "mean":
+        return per.mean()
+    raise ValueError(f"reduction must be 'mean' or 'none', got {reduction!r}")
+
+
 def heat(temperature, kappa=0.1, weight=None, reduction="mean"):
     """Heat diffusion: dT/dt - kappa lap T (kappa: float or [B] tensor, cells^2 per frame)."""
     _check("temperature", temperature, 1)
@@ -172,6 +202,7 @@ def heat(temperature, kappa=0.1, weight=None, reduction="mean"):
 #: clean-latent estimate at token resolution). Each entry: proxies -> [B] residual.
 RESIDUALS: dict[str, Callable[[Mapping[str, torch.Tensor]], torch.Tensor]] = {
     "kinematic": lambda p: kinematic(p["velocity"], p["acceleration"], p.get("occupancy"), "none"),
+    "trajectory": lambda p: trajectory(p["velocity"], p.get("occupancy"), "none"),
     "advection": lambda p: advection(p["latent"], p["velocity"], p.get("occupancy"), "none"),
     "continuity": lambda p: continuity(p["density"], p["velocity"], None, "none"),
     "incompressibility": lambda p: incompressibility(p["velocity"], p.get("occupancy"), "none"),

@@ -32,19 +32,19 @@ CATEGORIES: tuple[Category, ...] = (
         "rigid",
         "rigid-body motion, free fall, projectiles, collisions, rolling, sliding",
         ("velocity", "acceleration", "strain", "material"),
-        ("kinematic", "rigidity", "gravity"),
+        ("trajectory", "rigidity", "gravity"),
     ),
     Category(
         "elastic",
         "elastic and plastic deformation: bouncing balls, cloth, springs, squashing, tearing",
         ("velocity", "acceleration", "strain", "pressure", "material"),
-        ("kinematic", "continuity"),
+        ("trajectory", "continuity"),
     ),
     Category(
         "liquid",
         "liquid flow: pouring, splashing, waves, dripping, mixing",
         ("velocity", "acceleration", "density", "pressure"),
-        ("kinematic", "advection", "continuity", "incompressibility", "gravity"),
+        ("trajectory", "advection", "continuity", "incompressibility", "gravity"),
     ),
     Category(
         "gas",

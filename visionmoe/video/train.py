@@ -63,7 +63,7 @@ logger = logging.getLogger(__name__)
 STAGES = (1, 2, 3)
 _SAVE_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 _ADAPTER_KEYS = {"patch_size", "hidden_dim", "slot_dim", "expert_hidden", "experts_per_category", "top_k",
-                 "flow_window", "flow_reg", "kappa"}
+                 "flow_window", "flow_reg", "kappa", "structure", "anchor", "single_expert", "plain_blocks"}
 
 
 @dataclass
@@ -107,7 +107,7 @@ class TrainConfig:
     label_mask_prob: float = 0.5
     # loss weights
     w_anchor: float = 1.0
-    w_kinematic: float = 0.1
+    w_kinematic: float = 0.0  # stage 1: a = dv/dt on the proxies (zero on the anchors by construction; off)
     w_category: float = 1.0
     w_classifier: float = 1.0
     w_balance: float = 0.01
@@ -115,6 +115,10 @@ class TrainConfig:
     w_residual: float = 0.1
     w_flow: float = 1.0
     w_motion: float = 0.0  # stage 3: temporal 1st/2nd differences of the flow error (see module doc)
+    w_physics: float = 1.0  # stage 3: trajectory law on the corrected clean-latent estimate, through dv
+    # stage 3: the velocity the correction is added to, as the pipeline applies it:
+    # v_u + g (v_c - v_u) with g = flow_guidance (1 = the conditional velocity only)
+    flow_guidance: float = 1.0
     # stage 3: train on states reached by the sampler (see module doc); 0 steps = off
     rollout_steps: int = 0
     rollout_prob: float = 1.0
@@ -160,6 +164,8 @@ class TrainConfig:
             errs.append(f"rollout_steps must be an integer >= 0, got {self.rollout_steps!r}")
         if not 0.0 <= self.rollout_prob <= 1.0:
             errs.append(f"rollout_prob must lie in [0, 1], got {self.rollout_prob}")
+        if not self.flow_guidance >= 0:
+            errs.append(f"flow_guidance must be >= 0, got {self.flow_guidance}")
         if not (self.rollout_du > 0 and self.rollout_shift > 0 and self.rollout_guidance >= 0):
             errs.append("rollout_du and rollout_shift must be > 0 and rollout_guidance >= 0")
         for f_ in dataclasses.fields(self):
@@ -356,6 +362,32 @@ def motion_loss(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return loss
 
 
+def trajectory_residual(x0: torch.Tensor) -> torch.Tensor:
+    """[B] the trajectory law (one shared constant acceleration of the object, residuals.trajectory)
+    on the observable motion of a clean latent: its latent Lucas-Kanade flow weighted by its
+    contrast (occupancy). Differentiable in ``x0``."""
+    from . import residuals as R
+    from .fields import latent_flow
+
+    flow = latent_flow(x0.float())
+    dev = x0 - x0.mean(dim=(3, 4), keepdim=True)
+    occ = dev.pow(2).mean(1, keepdim=True).sqrt().detach()
+    return R.trajectory(flow, occ, "none")
+
+
+def physics_loss(x_t, pred, v_base, x0, sigma) -> tuple:
+    """Stage-3 physics through ``dv``: the trajectory law on the *corrected* clean-latent
+    estimate ``x_t - sigma (v + s dv)``, as a hinge against the real clip's own residual (bounces
+    break the law in real clips too): ``mean(relu(R(x0_corrected) - R(x0)))``. Also returns
+    (no gradient) the base's ``R(x_t - sigma v)`` and the data's ``R(x0)`` for the logs."""
+    s = sigma.view(-1, 1, 1, 1, 1)
+    r = trajectory_residual(x_t - s * pred)
+    with torch.no_grad():
+        r_data = trajectory_residual(x0)
+        r_base = trajectory_residual(x_t - s * v_base)
+    return F.relu(r - r_data).mean(), r_base.mean(), r_data.mean()
+
+
 def category_loss(mass: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Cross-entropy between the labels (normalised multi-hot) and the routing mass per category."""
     q = labels / labels.sum(-1, keepdim=True).clamp_min(1e-6)
@@ -412,6 +444,12 @@ def stage_losses(adapter_fn, adapter, pipe, batch: Dict, cfg: TrainConfig, gen: 
             x_t[roll] = x_r  # both are fresh tensors of this batch: written in place
             flow_target[roll] = (x_r - x0[roll]) / s[roll]
     v = backbone_velocity(pipe, x_t, sigma, text).float()
+    v_applied = v  # the velocity the pipeline adds the correction to (see attach: v_cfg + s dv)
+    if cfg.stage == 3 and cfg.flow_guidance != 1.0:
+        if uncond is None:
+            raise ValueError("flow_guidance != 1 needs the empty prompt's embedding (uncond)")
+        v_u = backbone_velocity(pipe, x_t, sigma, uncond.expand(B, -1, -1)).float()
+        v_applied = v_u + cfg.flow_guidance * (v - v_u)
     out = adapter_fn(x_t, v, sigma, encoder_hidden_states=text if adapter.text_classifier is not None else None,
                      category_mask=mask, compute_residuals=cfg.stage > 1)
     L: Dict[str, torch.Tensor] = {}
@@ -420,7 +458,7 @@ def stage_losses(adapter_fn, adapter, pipe, batch: Dict, cfg: TrainConfig, gen: 
         L["anchor"] = anchor_loss(bank, target)
         from . import residuals as R
 
-        if min(bank["velocity"].shape[2:]) >= 3:
+        if cfg.w_kinematic > 0 and min(bank["velocity"].shape[2:]) >= 3:
             L["kinematic"] = R.kinematic(bank["velocity"], bank["acceleration"], bank["occupancy"])
         total = cfg.w_anchor * L["anchor"] + cfg.w_kinematic * L.get("kinematic", 0.0)
     else:
@@ -436,13 +474,16 @@ def stage_losses(adapter_fn, adapter, pipe, batch: Dict, cfg: TrainConfig, gen: 
                 L["classifier"] = F.binary_cross_entropy_with_logits(out.category_logits.float(), labels)
                 total = total + cfg.w_classifier * L["classifier"]
         else:
-            pred = v + cfg.pila_scale * out.dv.float()
+            pred = v_applied + cfg.pila_scale * out.dv.float()
             L["flow"] = F.mse_loss(pred, flow_target)
+            if cfg.w_physics > 0:
+                L["physics"], L["physics_base"], L["physics_data"] = physics_loss(x_t, pred, v_applied, x0, sigma)
+                total = total + cfg.w_physics * L["physics"]
             if cfg.w_motion > 0:
                 L["motion"] = motion_loss(pred, flow_target)
                 total = total + cfg.w_motion * L["motion"]
             with torch.no_grad():
-                L["flow_base"] = F.mse_loss(v, flow_target)  # the frozen model alone (reference)
+                L["flow_base"] = F.mse_loss(v_applied, flow_target)  # the frozen model alone (reference)
             total = total + cfg.w_flow * L["flow"]
     L["total"] = total
     return L
@@ -535,9 +576,9 @@ def train(cfg: TrainConfig, *, progress: bool = False, log_callback: Optional[Ca
             m.to(device)
     report = prepare_cache(cfg, pipe, accelerator, progress=progress and accelerator.is_main_process)
     uncond = None
-    if cfg.stage == 3 and cfg.rollout_steps > 0 and cfg.rollout_guidance != 1.0:
+    if cfg.stage == 3 and ((cfg.rollout_steps > 0 and cfg.rollout_guidance != 1.0) or cfg.flow_guidance != 1.0):
         if getattr(pipe, "text_encoder", None) is None:
-            raise ValueError("rollouts with guidance need the pipeline's text encoder (for the empty prompt)")
+            raise ValueError("guided training (rollouts or flow_guidance) needs the pipeline's text encoder (for the empty prompt)")
         from .data import encode_captions
 
         e = encode_captions(pipe, [""], cfg.max_sequence_length)[0]
