@@ -113,7 +113,7 @@ function show(level, sc, bytes) {
     }
     mesh = next;
     await nextFrames(3); // sorted and drawn
-    state.shown.push({ level, bytes, count: sc.count, ms: performance.now() - state.t0 });
+    state.shown.push({ level, bytes, received: state.bytes, count: sc.count, ms: performance.now() - state.t0 });
     updateHud();
   });
   return showing;

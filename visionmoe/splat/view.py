@@ -1,0 +1,242 @@
+"""View a .pgms in the browser: a local HTTP server for the progressive viewer page (``web/``)
+and headless-Chromium screenshots of it.
+
+The page (``web/viewer/index.html``) fetches the file as a stream and shows each pyramid level
+as soon as its section has arrived; it renders with Spark (three.js) from ``web/node_modules``
+(``npm ci`` in ``web/``), nothing is downloaded at run time. The server answers HTTP Range
+requests for the file and can throttle it (``throttle``: pause after given byte offsets), which
+the browser tests use to make the levels arrive one by one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import mimetypes
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.parse
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["WEB_ROOT", "ViewerError", "ViewerServer", "serve", "level_offsets", "default_camera", "screenshot"]
+
+WEB_ROOT = Path(__file__).resolve().parents[2] / "web"
+SCENE_PATH = "/scene.pgms"
+# only these folders of web/ are served
+_SERVED = ("viewer", "src", "node_modules")
+
+
+class ViewerError(RuntimeError):
+    """The viewer cannot run here (missing Node, npm packages or Chromium); the message says what to do."""
+
+
+def check_web_root(web_root: Path = WEB_ROOT) -> Path:
+    web_root = Path(web_root)
+    if not (web_root / "viewer" / "index.html").is_file():
+        raise ViewerError(f"the viewer page is missing: {web_root / 'viewer' / 'index.html'} (run from a source checkout)")
+    for pkg in ("three", "@sparkjsdev/spark", "fzstd"):
+        if not (web_root / "node_modules" / pkg / "package.json").is_file():
+            raise ViewerError(f"the viewer's npm packages are missing ({pkg}): run `npm ci` in {web_root} (or `make web-deps`)")
+    return web_root
+
+
+@dataclass
+class _Config:
+    pgms: bytes
+    web_root: Path
+    throttle: list = field(default_factory=list)  # [(byte offset, seconds to pause after it)]
+    chunk: int = 1 << 16
+    requests: list = field(default_factory=list)  # (path, range header) log for tests
+
+
+def _handler(cfg: _Config):
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, fmt, *args):  # the library logs, never prints
+            logger.debug("viewer server: " + fmt, *args)
+
+        def do_GET(self):  # noqa: N802 (http.server's name)
+            url = urllib.parse.urlsplit(self.path)
+            cfg.requests.append((url.path, self.headers.get("Range")))
+            if url.path in ("/", "/index.html"):
+                self.send_response(302)
+                self.send_header("Location", f"/viewer/index.html?file={SCENE_PATH}")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            if url.path == SCENE_PATH:
+                return self._scene()
+            return self._static(url.path)
+
+        def _send(self, code, body: bytes, ctype: str, extra=()):
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Cache-Control", "no-store")
+            for k, v in extra:
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def _static(self, path: str):
+            rel = urllib.parse.unquote(path).lstrip("/")
+            target = (cfg.web_root / rel).resolve()
+            root = cfg.web_root.resolve()
+            ok = any(target.is_relative_to(root / d) for d in _SERVED) and target.is_file()
+            if not ok:
+                return self._send(404, b"not found", "text/plain")
+            ctype = mimetypes.guess_type(target.name)[0] or "application/octet-stream"
+            if target.suffix in (".js", ".mjs"):
+                ctype = "text/javascript"
+            self._send(200, target.read_bytes(), ctype)
+
+        def _scene(self):
+            data = cfg.pgms
+            rng = self.headers.get("Range")
+            if rng:
+                try:
+                    unit, spec = rng.split("=", 1)
+                    a, b = spec.split("-", 1)
+                    start = int(a) if a else max(0, len(data) - int(b))
+                    end = min(int(b), len(data) - 1) if (a and b) else len(data) - 1
+                    if unit.strip() != "bytes" or start > end or start >= len(data):
+                        raise ValueError
+                except ValueError:
+                    return self._send(416, b"", "application/octet-stream", [("Content-Range", f"bytes */{len(data)}")])
+                return self._send(206, data[start: end + 1], "application/octet-stream",
+                                  [("Content-Range", f"bytes {start}-{end}/{len(data)}"), ("Accept-Ranges", "bytes")])
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Content-Length", str(len(data)))
+            self.send_header("Accept-Ranges", "bytes")
+            self.send_header("Cache-Control", "no-store")
+            self.end_headers()
+            pos = 0
+            stops = sorted(cfg.throttle)
+            try:
+                for offset, pause in [*stops, (len(data), 0.0)]:
+                    offset = min(offset, len(data))
+                    while pos < offset:
+                        step = min(cfg.chunk, offset - pos)
+                        self.wfile.write(data[pos: pos + step])
+                        pos += step
+                    self.wfile.flush()
+                    if pause and pos < len(data):
+                        time.sleep(pause)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the page stopped reading (a --level view has what it needs)
+
+    return Handler
+
+
+class ViewerServer:
+    """A running local server (``url`` opens the viewer on the served file); ``close()`` stops it."""
+
+    def __init__(self, httpd: ThreadingHTTPServer, cfg: _Config):
+        self.httpd, self.cfg = httpd, cfg
+        self.port = httpd.server_address[1]
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def page_url(self, **params) -> str:
+        q = {"file": SCENE_PATH, **{k: (json.dumps(v) if isinstance(v, (dict, list)) else v) for k, v in params.items()}}
+        return f"{self.base}/viewer/index.html?{urllib.parse.urlencode(q)}"
+
+    @property
+    def requests(self) -> list:
+        return self.cfg.requests
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def serve(pgms: bytes | str | os.PathLike, *, port: int = 0, web_root: Path = WEB_ROOT,
+          throttle: list[tuple[int, float]] | None = None) -> ViewerServer:
+    """Serve the viewer page and one .pgms on 127.0.0.1 (``port`` 0: any free port)."""
+    data = pgms if isinstance(pgms, (bytes, bytearray)) else Path(pgms).read_bytes()
+    cfg = _Config(bytes(data), check_web_root(web_root), list(throttle or []))
+    httpd = ThreadingHTTPServer(("127.0.0.1", port), _handler(cfg))
+    httpd.daemon_threads = True
+    return ViewerServer(httpd, cfg)
+
+
+def level_offsets(data: bytes) -> list[int]:
+    """Byte offset of the end of each LEVL section (a prefix that long decodes that level)."""
+    from .bitstream import iter_sections
+
+    return [s.offset + 16 + len(s.payload) for s in iter_sections(data) if s.tag == "LEVL"]
+
+
+def default_camera(data: bytes, level: int | None = None, width: int = 512, height: int = 512) -> dict:
+    """The camera of ``visionmoe-splat render --views 1`` for the decoded scene at ``level``, as the
+    page's ``camera`` parameter: world-to-camera matrix (row-major, OpenCV axes), fovx, target."""
+    from . import decompress
+    from .cameras import orbit_cameras
+
+    scene = decompress(data, level=level)
+    cam = orbit_cameras(scene, 1, width, height)
+    return {"viewmat": cam.viewmats[0].double().reshape(-1).tolist(), "fovx": 50.0}
+
+
+def _node() -> str:
+    node = shutil.which("node")
+    if node is None:
+        raise ViewerError("Node.js (node, version 20 or later) is needed for screenshots: install it (apt-get install nodejs)")
+    return node
+
+
+def screenshot(pgms: bytes | str | os.PathLike, out: str | os.PathLike, *, level: int | None = None,
+               width: int = 512, height: int = 512, timeout: float = 300.0, web_root: Path = WEB_ROOT) -> dict:
+    """Render the .pgms (levels 0..``level``, default all) in headless Chromium with the default
+    camera of ``visionmoe-splat render --views 1`` and write a PNG to ``out`` (atomically).
+    -> the viewer's report (levels shown, bytes, milliseconds)."""
+    data = pgms if isinstance(pgms, (bytes, bytearray)) else Path(pgms).read_bytes()
+    web_root = check_web_root(web_root)
+    node = _node()
+    cam = default_camera(data, level, width, height)
+    params = {"hud": 0, "width": width, "height": height, "camera": cam}
+    if level is not None:
+        params["level"] = level
+    out = Path(out)
+    with serve(data, web_root=web_root) as srv, tempfile.TemporaryDirectory() as tmp:
+        shot = Path(tmp) / "shot.png"
+        cmd = [node, str(web_root / "tools" / "screenshot.mjs"), "--url", srv.page_url(**params), "--out", str(shot),
+               "--width", str(width), "--height", str(height), "--timeout", str(int(timeout * 1000))]
+        try:
+            res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 30, cwd=web_root)
+        except subprocess.TimeoutExpired:
+            raise ViewerError(f"headless Chromium did not finish within {timeout:.0f} s") from None
+        if res.returncode != 0:
+            lines = [ln for ln in (res.stderr or res.stdout).strip().splitlines() if ln.strip()]
+            raise ViewerError(f"screenshot failed: {lines[-1] if lines else f'exit status {res.returncode}'}")
+        report = json.loads(res.stdout.strip().splitlines()[-1])
+        _atomic_write(out, shot.read_bytes())
+    return report
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
