@@ -237,3 +237,19 @@ def test_eval_writes_table(tmp_path, capsys):
     assert "| base |" in table and "PILA (scale 1)" in table
     assert "scale-0 control bit-identical to the base: True" in table
     assert json.loads((out / "results.json").read_text())["control_bit_identical"] is True
+
+
+def test_validation_knows_every_adapter_option():
+    """Every PILAAdapter option has a type/range rule (add one to ADAPTER_KEYS with a new option)."""
+    import inspect
+
+    from visionmoe.video.adapter import PILAAdapter
+    from visionmoe.video.validation import ADAPTER_KEYS
+
+    params = [p for p in inspect.signature(PILAAdapter.__init__).parameters if p != "self"]
+    assert sorted(params) == sorted(ADAPTER_KEYS)
+    with pytest.raises(AdapterConfigError, match="structure must be one of 'physics', 'plain', got 'fancy'"):
+        validate_adapter_config({"structure": "fancy"})
+    with pytest.raises(AdapterConfigError, match="anchor must be true or false, got 1"):
+        validate_adapter_config({"anchor": 1})
+    assert validate_adapter_config({"structure": "plain", "plain_blocks": 2, "hidden_dim": 16}) is not None

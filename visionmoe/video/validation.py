@@ -38,14 +38,19 @@ class AdapterConfigError(ValueError):
 
 @dataclass(frozen=True)
 class _Rule:
-    kind: type  # int or float
-    lo: float
-    hi: float
+    kind: type  # int, float, bool or str
+    lo: float = 0
+    hi: float = 0
     lo_open: bool = False  # lo excluded (floats)
     optional: bool = False  # None allowed
     odd: bool = False
+    choices: tuple = ()  # str values allowed
 
     def describe(self) -> str:
+        if self.kind is bool:
+            return "true or false"
+        if self.kind is str:
+            return "one of " + ", ".join(repr(c) for c in self.choices)
         what = "an odd integer" if self.odd else ("an integer" if self.kind is int else "a number")
         lo = f"({self.lo:g}" if self.lo_open else f"[{self.lo:g}"
         rng = f"{lo}, {self.hi:g}]"
@@ -65,12 +70,29 @@ ADAPTER_KEYS: dict[str, _Rule] = {
     "flow_window": _Rule(int, 1, 31, odd=True),
     "flow_reg": _Rule(float, 0, 1e6, lo_open=True),
     "kappa": _Rule(float, 0, 1e6, lo_open=True),
+    "structure": _Rule(str, choices=("physics", "plain")),
+    "anchor": _Rule(bool),
+    "single_expert": _Rule(bool),
+    "plain_blocks": _Rule(int, 1, 64),
 }
+
+
+def _adapter_signature() -> list[str]:
+    """The keyword arguments of ``PILAAdapter.__init__``."""
+    import inspect
+
+    from .adapter import PILAAdapter
+
+    return [p for p in inspect.signature(PILAAdapter.__init__).parameters if p != "self"]
 
 
 def _check_value(key: str, value: Any, rule: _Rule) -> str | None:
     if value is None:
         return None if rule.optional else f"{key} must be {rule.describe()}, got null"
+    if rule.kind is bool:
+        return None if isinstance(value, bool) else f"{key} must be true or false, got {value!r}"
+    if rule.kind is str:
+        return None if value in rule.choices else f"{key} must be {rule.describe()}, got {value!r}"
     if isinstance(value, bool):
         return f"{key} must be {rule.describe()}, got {value!r} (a boolean)"
     if rule.kind is int:
@@ -123,9 +145,13 @@ def validate_adapter_config(
         raise AdapterConfigError(f"{source}: _class_name is {cls!r}, not 'PILAAdapter' (is this a PILA adapter folder?)")
     kwargs = {k: v for k, v in config.items() if not str(k).startswith("_")}
     errors = []
-    unknown = sorted(str(k) for k in kwargs if k not in ADAPTER_KEYS)
+    known = _adapter_signature()
+    unknown = sorted(str(k) for k in kwargs if k not in known)
     if unknown:
-        errors.append(f"unknown key(s) {', '.join(unknown)} (known: {', '.join(ADAPTER_KEYS)})")
+        errors.append(f"unknown key(s) {', '.join(unknown)} (known: {', '.join(known)})")
+    for key, value in kwargs.items():  # options PILAAdapter gained after these rules: plain values only
+        if key in known and key not in ADAPTER_KEYS and not isinstance(value, (bool, int, float, str, type(None))):
+            errors.append(f"{key} must be a plain value, got {type(value).__name__}")
     for key, value in kwargs.items():
         if key in ADAPTER_KEYS:
             msg = _check_value(key, value, ADAPTER_KEYS[key])
