@@ -147,3 +147,120 @@ def test_scaled_cameras_see_the_same_image_at_another_size():
     for bad in (0, -1.0, float("nan"), "2"):
         with pytest.raises(CameraError, match="scale factor"):
             cams.scaled(bad)
+
+
+# ----------------------------------------------------------------------------- scale-free helpers
+
+from visionmoe.splat.cameras import (  # noqa: E402
+    NEAR_FRACTION, frame_cameras, pose_distance, scene_frame, sphere_directions, transform_cameras,
+)
+from visionmoe.splat.evaluation import rotation_matrix, transform_scene  # noqa: E402
+
+
+def elevations(dirs, up):
+    return torch.rad2deg(torch.asin((dirs @ up).clamp(-1, 1)))
+
+
+def test_sphere_directions_cover_the_band_evenly():
+    up = torch.tensor([0.0, -1.0, 0.0], dtype=torch.float64)
+    full = sphere_directions(400)
+    torch.testing.assert_close(full.norm(dim=-1), torch.ones(400, dtype=torch.float64))
+    assert float(full.mean(0).norm()) < 0.02  # area-uniform: no side favoured
+    band = sphere_directions(64, min_elevation_deg=-30, max_elevation_deg=60, seed=3)
+    el = elevations(band, up)
+    assert float(el.min()) >= -30 - 1e-9 and float(el.max()) <= 60 + 1e-9
+    # equal area per point: as many directions below the median sine as above it
+    mid = (math.sin(math.radians(-30)) + math.sin(math.radians(60))) / 2
+    assert abs(int(((band @ up) < mid).sum()) - 32) <= 2
+    az = torch.atan2(band[:, 2], band[:, 0])
+    assert len(set((torch.floor((az + math.pi) / (math.pi / 4))).long().tolist())) == 8  # every 45-degree sector
+    assert torch.equal(band, sphere_directions(64, min_elevation_deg=-30, max_elevation_deg=60, seed=3))
+    assert not torch.allclose(band, sphere_directions(64, min_elevation_deg=-30, max_elevation_deg=60, seed=4))
+    with pytest.raises(CameraError, match="elevations"):
+        sphere_directions(4, min_elevation_deg=10, max_elevation_deg=0)
+    with pytest.raises(CameraError, match="positive int"):
+        sphere_directions(0)
+
+
+def test_scene_frame_is_robust_and_matches_orbit_cameras():
+    scene = blob_scene(400)
+    frame = scene_frame(scene)
+    cams = orbit_cameras(scene, num_views=3, width=32, height=32)
+    torch.testing.assert_close((cams.centers.double() - frame.centre).norm(dim=-1),
+                               torch.full((3,), frame.orbit_distance(), dtype=torch.float64), atol=1e-4, rtol=1e-5)
+    assert frame.near == pytest.approx(NEAR_FRACTION * frame.size)
+    R = frame.axes
+    torch.testing.assert_close(R @ R.T, torch.eye(3, dtype=torch.float64), atol=1e-9, rtol=0)
+    assert float(torch.linalg.det(R)) == pytest.approx(1.0)
+    assert abs(float(R[0, 0])) > 0.9 or abs(float(R[0, 2])) > 0.9  # blob is widest in x and z, thin in y
+    # inf/NaN and -inf opacity logits, non-finite positions: ignored, the frame stays finite
+    bad = blob_scene(400)
+    bad.opacity_logits[:50] = float("inf")
+    bad.opacity_logits[50:100] = -float("inf")
+    bad.means[100:110] = float("nan")
+    f2 = scene_frame(bad)
+    assert torch.isfinite(f2.centre).all() and math.isfinite(f2.size) and f2.size > 0
+    empty = blob_scene(5)
+    empty.opacity_logits[:] = -float("inf")
+    assert scene_frame(empty).size == 1.0
+
+
+SIMILARITIES = [
+    (torch.eye(3, dtype=torch.float64), [0.0, 0.0, 0.0], 1e-3),
+    (torch.eye(3, dtype=torch.float64), [0.0, 0.0, 0.0], 1e3),
+    (rotation_matrix([0.3, 1.0, 0.2], 37.0), [5.0, -3.0, 2.0], 1.7),
+    (rotation_matrix([1.0, 0.0, 0.0], 90.0), [0.0, 100.0, 0.0], 0.2),
+    (rotation_matrix([-0.5, 0.8, 0.6], 123.0), [-0.01, 0.02, 0.0], 0.01),
+]
+
+
+@pytest.mark.parametrize("R, t, s", SIMILARITIES)
+def test_frame_cameras_frame_a_moved_scene_alike(R, t, s):
+    """Scale-free cameras: for the scene moved by x -> s R x + t (up turned with it), the frame
+    and the generated cameras move with it: every scene point lands on the same pixel, at the
+    same depth relative to the scene size, and the clip planes scale."""
+    scene = blob_scene(300)
+    t = torch.tensor(t, dtype=torch.float64)
+    moved = transform_scene(scene.to(dtype=torch.float64), R, t, s)
+    f, g = scene_frame(scene), scene_frame(moved, up=R @ torch.tensor([0.0, -1.0, 0.0], dtype=torch.float64))
+    torch.testing.assert_close(g.centre, s * R @ f.centre + t, atol=1e-6 * max(1.0, s) + 1e-9 * t.norm(), rtol=1e-6)
+    assert g.size == pytest.approx(s * f.size, rel=1e-6)
+    torch.testing.assert_close(g.axes, f.axes @ R.T, atol=1e-6, rtol=0)
+    dirs = sphere_directions(12, min_elevation_deg=-30, max_elevation_deg=60, up=f.up, seed=1,
+                             azimuth_origin=f.azimuth_origin)
+    dirs_m = sphere_directions(12, min_elevation_deg=-30, max_elevation_deg=60, up=g.up, seed=1,
+                               azimuth_origin=g.azimuth_origin)
+    a = frame_cameras(f, dirs, torch.linspace(0.5, 1.3, 12), 48, 40)
+    b = frame_cameras(g, dirs_m, torch.linspace(0.5, 1.3, 12), 48, 40)
+    assert b.near == pytest.approx(s * a.near) and b.far == pytest.approx(s * a.far)
+    same = transform_cameras(a, R, t, s)
+    assert float(pose_distance(same, b, g.size).diagonal().max()) < 1e-4  # float32 viewmats
+    for i in (0, 5, 11):
+        for p in (scene.means[3].double(), scene.means[200].double()):
+            uv, z = project(a.viewmats[i].double(), a.Ks[i].double(), p)
+            uv2, z2 = project(b.viewmats[i].double(), b.Ks[i].double(), s * R @ p + t)
+            torch.testing.assert_close(uv2, uv, atol=2e-3, rtol=0)
+            assert float(z2 / g.size) == pytest.approx(float(z / f.size), rel=1e-4)  # float32 viewmats
+
+
+def test_frame_cameras_handle_the_poles_and_bad_input():
+    f = scene_frame(blob_scene(100))
+    cams = frame_cameras(f, torch.stack([f.up, -f.up]), 1.0, 16, 16)  # straight down and up: still valid
+    R = cams.viewmats[:, :3, :3].double()
+    torch.testing.assert_close(R @ R.transpose(1, 2), torch.eye(3, dtype=torch.float64).expand(2, 3, 3), atol=1e-6,
+                               rtol=0)
+    with pytest.raises(CameraError, match="directions"):
+        frame_cameras(f, torch.zeros(1, 3), 1.0)
+    with pytest.raises(CameraError, match="distances must be one number or 2"):
+        frame_cameras(f, torch.eye(3)[:2], [1.0, 2.0, 3.0])
+    with pytest.raises(CameraError, match="positive"):
+        frame_cameras(f, torch.eye(3)[:2], -1.0)
+
+
+def test_pose_distance_is_zero_only_for_the_same_view():
+    f = scene_frame(blob_scene(100))
+    a = frame_cameras(f, sphere_directions(5, seed=0), 1.0, 32, 32)
+    d = pose_distance(a, a, f.size)
+    assert float(d.diagonal().abs().max()) < 1e-6 and float((d + torch.eye(5, dtype=torch.float64)).min()) > 0.05
+    bigger = a.scaled(2)  # same pose and field of view at another pixel size: the same view
+    assert float(pose_distance(a, bigger, f.size).diagonal().max()) < 1e-6

@@ -14,7 +14,16 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["Cameras", "CameraError", "load_cameras_json", "orbit_cameras", "look_at"]
+__all__ = [
+    "Cameras", "CameraError", "SceneFrame", "load_cameras_json", "orbit_cameras", "look_at", "scene_frame",
+    "sphere_directions", "frame_cameras", "transform_cameras", "pose_distance",
+]
+
+# Near and far clip planes as multiples of the scene size (see :class:`SceneFrame`): a 0.2-unit
+# object and a 1000-unit room get the same planes relative to themselves. 1e-2 is the absolute
+# 0.01 of :func:`orbit_cameras` on a unit-sized scene.
+NEAR_FRACTION = 1e-2
+FAR_FRACTION = 1e8
 
 
 class CameraError(ValueError):
@@ -252,3 +261,209 @@ def load_cameras_json(path, *, width: int | None = None, height: int | None = No
         sx, sy = W / w, H / h
         Ks.append(torch.tensor([[fx * sx, 0, W / 2], [0, fy * sy, H / 2], [0, 0, 1]], dtype=torch.float64))
     return Cameras(torch.stack(views).float(), torch.stack(Ks).float(), int(W), int(H))
+
+
+# ----------------------------------------------------------------------------- scale-free helpers
+
+
+@dataclass(frozen=True)
+class SceneFrame:
+    """Where a scene is and how big it is, in its own units: every scale-free camera rule is
+    stated relative to this (centre, size, up), so it moves, turns and scales with the scene.
+
+    ``centre``: [3] float64, the opacity-weighted mean of the Gaussian centres. ``size``: the
+    opacity-weighted ``quantile`` of the distances to it (robust to floaters). ``up``: [3] unit
+    float64, the world direction that points up in images. ``axes``: [3, 3] float64 rows, the
+    opacity-weighted principal axes of the centres (largest spread first, each signed so that
+    the third moment along it is non-negative): a frame that turns with the scene."""
+
+    centre: torch.Tensor
+    size: float
+    up: torch.Tensor
+    axes: torch.Tensor
+
+    @property
+    def azimuth_origin(self) -> torch.Tensor:
+        """[3] the principal axis least aligned with ``up``: azimuth 0 of views that turn with
+        the scene."""
+        return self.axes[int((self.axes @ self.up).abs()[:2].argmin())]
+
+    @property
+    def near(self) -> float:
+        return NEAR_FRACTION * self.size
+
+    @property
+    def far(self) -> float:
+        return FAR_FRACTION * self.size
+
+    def orbit_distance(self, fov_deg: float = 50.0, radius_scale: float = 1.15) -> float:
+        """The distance at which a sphere of radius ``radius_scale * size`` fills the horizontal
+        field of view: the distance of :func:`orbit_cameras`' views."""
+        return radius_scale * self.size / math.sin(math.radians(fov_deg) / 2)
+
+
+def _weighted_quantile_radius(means, weights, centre, quantile: float) -> float:
+    dist = (means - centre).norm(dim=-1)
+    order = torch.argsort(dist)
+    cum = torch.cumsum(weights[order], 0) / weights.sum()
+    idx = int(torch.searchsorted(cum, torch.tensor([quantile], dtype=torch.float64)).clamp(max=len(order) - 1))
+    return float(dist[order[idx]])
+
+
+def scene_frame(scene, *, quantile: float = 0.9, up="-y") -> SceneFrame:
+    """The :class:`SceneFrame` of a Gaussian scene (the centre and size of :func:`orbit_cameras`).
+
+    Non-finite Gaussians are ignored; so are Gaussians whose opacity logit is -inf (weight 0).
+    A scene with no usable Gaussian gets the unit frame at the origin. Equivariant: for the
+    scene moved by ``x -> s R x + t``, the frame's centre is ``s R c + t``, its size ``s`` times
+    the size, its axes ``R``-rotated (up as given: pass ``R @ up`` for the moved scene)."""
+    if not 0 < quantile <= 1:
+        raise CameraError(f"quantile must be in (0, 1], got {quantile!r}")
+    means = scene.means.detach().to("cpu", torch.float64)
+    weights = torch.sigmoid(scene.opacity_logits.detach().to("cpu", torch.float64))
+    ok = torch.isfinite(means).all(-1) & torch.isfinite(weights) & (weights > 0)
+    means, weights = means[ok], weights[ok]
+    up_v = _up_vector(up)
+    if means.shape[0] == 0 or float(weights.sum()) <= 0:
+        return SceneFrame(torch.zeros(3, dtype=torch.float64), 1.0, up_v, torch.eye(3, dtype=torch.float64))
+    centre = (weights[:, None] * means).sum(0) / weights.sum()
+    size = _weighted_quantile_radius(means, weights, centre, quantile)
+    if not (size > 0 and math.isfinite(size)):
+        size = float((means - centre).norm(dim=-1).max())
+        if not (size > 0 and math.isfinite(size)):
+            size = 1.0
+    return SceneFrame(centre, size, up_v, _principal_axes(means - centre, weights))
+
+
+def _principal_axes(d: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """[3, 3] rows: weighted principal axes of offsets ``d`` (largest variance first), each
+    signed by the weighted third moment along it (positive; ties keep the eigensolver's sign,
+    which only a perfectly symmetric scene reaches). The third row is ``x cross y`` (a rotation)."""
+    cov = (w[:, None, None] * d[:, :, None] * d[:, None, :]).sum(0) / w.sum()
+    _, vecs = torch.linalg.eigh(cov)
+    axes = vecs.T.flip(0).clone()  # descending variance
+    for i in range(2):
+        third = float((w * (d @ axes[i]) ** 3).sum())
+        if third < 0:
+            axes[i] = -axes[i]
+    axes[2] = torch.linalg.cross(axes[0], axes[1])
+    return axes
+
+
+def sphere_directions(num: int, *, min_elevation_deg: float = -90.0, max_elevation_deg: float = 90.0,
+                      up="-y", seed: int | None = None, azimuth_origin=None) -> torch.Tensor:
+    """[num, 3] float64 unit directions spread evenly over the band of elevations
+    ``[min, max]`` above the plane perpendicular to ``up`` (the whole sphere by default).
+
+    ``seed=None``: a Fibonacci lattice (equal area per point, deterministic). With a seed:
+    the same lattice, each point jittered inside its own cell and the whole set turned by a
+    random azimuth, so different seeds give different directions with the same even coverage.
+
+    ``azimuth_origin``: a 3-vector whose projection on that plane is azimuth 0 (default: a
+    world axis). Pass a direction that turns with the scene (e.g. ``SceneFrame.axes[0]``) and
+    the directions turn with it."""
+    if not isinstance(num, int) or isinstance(num, bool) or num < 1:
+        raise CameraError(f"num must be a positive int, got {num!r}")
+    if not -90.0 <= min_elevation_deg <= max_elevation_deg <= 90.0:
+        raise CameraError(f"elevations must satisfy -90 <= min <= max <= 90, got {min_elevation_deg!r}, "
+                          f"{max_elevation_deg!r}")
+    up_v = _up_vector(up)
+    e1, e2 = _plane_basis(up_v, azimuth_origin)
+    g = None if seed is None else torch.Generator().manual_seed(int(seed))
+    lo, hi = math.sin(math.radians(min_elevation_deg)), math.sin(math.radians(max_elevation_deg))
+    i = torch.arange(num, dtype=torch.float64)
+    jitter_h = 0.5 if g is None else torch.rand(num, generator=g, dtype=torch.float64)
+    jitter_a = 0.0 if g is None else (torch.rand(num, generator=g, dtype=torch.float64) - 0.5)
+    offset = 0.0 if g is None else float(torch.rand(1, generator=g, dtype=torch.float64)) * 2 * math.pi
+    h = lo + (hi - lo) * (i + jitter_h) / num  # sin(elevation): uniform in area
+    golden = math.pi * (3.0 - math.sqrt(5.0))
+    az = golden * (i + jitter_a) + offset
+    r = (1 - h * h).clamp_min(0).sqrt()
+    return (r * az.cos())[:, None] * e1 + (r * az.sin())[:, None] * e2 + h[:, None] * up_v
+
+
+def _plane_basis(up_v: torch.Tensor, origin=None) -> tuple[torch.Tensor, torch.Tensor]:
+    if origin is not None:
+        o = torch.as_tensor(origin, dtype=torch.float64).reshape(3)
+        o = o - (o @ up_v) * up_v
+        if o.norm() > 1e-6:
+            e1 = o / o.norm()
+            return e1, torch.linalg.cross(up_v, e1)
+    helper = torch.tensor([1.0, 0.0, 0.0], dtype=torch.float64)
+    if abs(float(helper @ up_v)) > 0.9:
+        helper = torch.tensor([0.0, 0.0, 1.0], dtype=torch.float64)
+    e1 = helper - (helper @ up_v) * up_v
+    e1 = e1 / e1.norm()
+    return e1, torch.linalg.cross(up_v, e1)
+
+
+def frame_cameras(frame: SceneFrame, directions, distances, width: int = 512, height: int = 512, *,
+                  fov_deg: float = 50.0) -> Cameras:
+    """Cameras at ``frame.centre + distance * direction`` looking at the centre, with the frame's
+    up pointing up in the image and clip planes that scale with the scene (``frame.near``,
+    ``frame.far``). ``directions``: [C, 3] (normalised here); ``distances``: [C] or a number, in
+    units of ``frame.orbit_distance(fov_deg)`` (1.0: the orbit distance). A view straight along
+    the up axis takes the frame's first principal axis as its image-up direction instead.
+    Scale-free: for the scene and frame moved by a similarity ``x -> s R x + t`` (up turned
+    with it) the cameras equal :func:`transform_cameras` of these."""
+    if not 0 < fov_deg < 180:
+        raise CameraError(f"fov_deg must be in (0, 180), got {fov_deg!r}")
+    dirs = torch.as_tensor(directions, dtype=torch.float64).reshape(-1, 3)
+    C = dirs.shape[0]
+    if C == 0 or not torch.isfinite(dirs).all() or bool((dirs.norm(dim=-1) == 0).any()):
+        raise CameraError(f"directions must be a non-empty [C, 3] array of finite non-zero vectors, "
+                          f"got {tuple(dirs.shape)}")
+    dist = torch.as_tensor(distances, dtype=torch.float64).reshape(-1)
+    if dist.numel() == 1:
+        dist = dist.expand(C)
+    if dist.numel() != C:
+        raise CameraError(f"distances must be one number or {C} numbers (one per direction), got {dist.numel()}")
+    if not (torch.isfinite(dist).all() and bool((dist > 0).all())):
+        raise CameraError("distances must be positive and finite")
+    dirs = dirs / dirs.norm(dim=-1, keepdim=True)
+    base = frame.orbit_distance(fov_deg)
+    views = []
+    for d, k in zip(dirs, dist):
+        up_c = frame.up if abs(float(d @ frame.up)) < 1 - 1e-6 else frame.axes[0]
+        if abs(float(d @ up_c)) > 1 - 1e-6:
+            up_c = frame.axes[1]
+        views.append(look_at(frame.centre + float(k) * base * d, frame.centre, up_c))
+    K = intrinsics(width, height, fov_deg)
+    return Cameras(torch.stack(views).to(torch.float32), K.expand(C, 3, 3).clone(), width, height, frame.near,
+                   frame.far)
+
+
+def transform_cameras(cameras: Cameras, rotation=None, translation=None, scale: float = 1.0) -> Cameras:
+    """The cameras that see the scene moved by ``x -> scale * rotation @ x + translation`` exactly as
+    ``cameras`` see the original (same images; clip planes scaled with the scene)."""
+    R = torch.eye(3, dtype=torch.float64) if rotation is None else torch.as_tensor(rotation, dtype=torch.float64)
+    t = torch.zeros(3, dtype=torch.float64) if translation is None else torch.as_tensor(translation,
+                                                                                        dtype=torch.float64)
+    if R.shape != (3, 3) or t.shape != (3,) or not (math.isfinite(scale) and scale > 0):
+        raise CameraError(f"need a [3, 3] rotation, a [3] translation and a positive scale, got {tuple(R.shape)}, "
+                          f"{tuple(t.shape)}, {scale!r}")
+    V = cameras.viewmats.to(torch.float64)
+    Rv, tv = V[:, :3, :3], V[:, :3, 3]
+    Rn = Rv @ R.T
+    out = torch.eye(4, dtype=torch.float64).repeat(len(cameras), 1, 1)
+    out[:, :3, :3] = Rn
+    out[:, :3, 3] = scale * tv - Rn @ t
+    return Cameras(out.to(cameras.viewmats.dtype), cameras.Ks.clone(), cameras.width, cameras.height,
+                   cameras.near * scale, cameras.far * scale)
+
+
+def pose_distance(a: Cameras, b: Cameras, scale: float) -> torch.Tensor:
+    """[len(a), len(b)] pose difference: the distance between camera centres divided by
+    ``scale`` (e.g. the scene's size) plus the angle between the camera axes in radians (the
+    Frobenius norm of the rotations' difference over sqrt 2) plus the relative focal length
+    difference. 0 exactly when two cameras see the same image of the scene."""
+    if not (math.isfinite(scale) and scale > 0):
+        raise CameraError(f"scale must be positive and finite, got {scale!r}")
+    ca, cb = a.centers.double(), b.centers.double()
+    centre = torch.cdist(ca, cb) / scale
+    Ra, Rb = a.viewmats[:, :3, :3].double(), b.viewmats[:, :3, :3].double()
+    rot = (Ra[:, None] - Rb[None]).flatten(2).norm(dim=-1) / math.sqrt(2)
+    fa = a.Ks[:, 0, 0].double() / a.width
+    fb = b.Ks[:, 0, 0].double() / b.width
+    focal = (fa[:, None] - fb[None]).abs() / fa[:, None].clamp_min(1e-12)
+    return centre + rot + focal

@@ -1,0 +1,290 @@
+"""Held-out evaluation of a compressed scene: views the encoder never rendered, render vs render.
+
+The fidelity protocol (docs/EVALUATION.md): the original and the decoded scene are rendered
+from the same cameras by visionmoe's renderer and compared (PSNR, SSIM). The headline
+cameras are *held out*: never among the views the encoder rendered for its importance,
+pruning, refinement or verification.
+
+* Without a ``cameras.json``: :func:`heldout_cameras`, by default 32 views whose directions
+  cover elevations -30..+60 degrees at all azimuths (area-uniform, stratified), at 0.5-1.3x
+  the default orbit distance (a viewer zooms in), drawn with :data:`EVAL_SEED` (the encoder
+  draws no random cameras and never uses this seed), with a near plane that scales with the
+  scene (:class:`~visionmoe.splat.cameras.SceneFrame`).
+* With a ``cameras.json``: :func:`split_cameras` holds out every 8th camera (index % 8 == 0,
+  the 3DGS ``llffhold`` convention) and gives the encoder only the others.
+
+:func:`check_disjoint` refuses an evaluation camera that equals an encoder camera. Views
+the encoder saw can be scored too (:func:`score_views`), labelled as such, never the headline.
+
+Similarity transforms of scenes (:func:`transform_scene`, SH bands rotated) and cameras
+(:func:`~visionmoe.splat.cameras.transform_cameras`) measure invariance: the decoded
+transformed scene against the transformed decoded scene.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field, replace
+
+import torch
+
+from .cameras import CameraError, Cameras, frame_cameras, pose_distance, scene_frame, sphere_directions
+from .io import GaussianScene
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "EVAL_SEED", "HOLDOUT_EVERY", "HeldoutError", "CameraSplit", "ViewScores", "heldout_cameras", "split_cameras",
+    "encoder_cameras", "check_disjoint", "render_views", "score_views", "transform_scene", "rotation_matrix",
+    "quat_from_rotmat", "invariance_transforms", "Similarity",
+]
+
+#: Seed of the default held-out views. The encoder's views are deterministic orbits (no seed);
+#: anything in the encoder that draws random cameras must use another seed.
+EVAL_SEED = 0x26E7A1
+#: Every HOLDOUT_EVERY-th camera of a cameras.json (index % HOLDOUT_EVERY == 0) is held out.
+HOLDOUT_EVERY = 8
+#: Pose distance (see :func:`~visionmoe.splat.cameras.pose_distance`) below which two cameras
+#: count as the same view.
+SAME_VIEW_TOLERANCE = 1e-3
+
+
+class HeldoutError(ValueError):
+    """An evaluation camera is also an encoder camera (the figure would not be held out)."""
+
+
+# ----------------------------------------------------------------------------- cameras
+
+
+def heldout_cameras(scene: GaussianScene, *, num_views: int = 32, size: int = 512, seed: int = EVAL_SEED,
+                    min_elevation_deg: float = -30.0, max_elevation_deg: float = 60.0,
+                    distance_range: tuple[float, float] = (0.5, 1.3), up="-y", fov_deg: float = 50.0,
+                    frame=None) -> Cameras:
+    """The default held-out views of ``scene`` (``size`` x ``size`` pixels).
+
+    Directions: :func:`~visionmoe.splat.cameras.sphere_directions` over the elevation band with
+    ``seed`` (area-uniform, one direction per equal-area cell). Distances: stratified in
+    ``distance_range`` times the default orbit distance (:meth:`SceneFrame.orbit_distance`),
+    shuffled so that distance and elevation are independent. Near/far planes scale with the
+    scene. ``frame``: a :class:`SceneFrame` to use instead of the scene's own (e.g. the original
+    scene's, for a decoded copy or a transformed one)."""
+    if not isinstance(num_views, int) or isinstance(num_views, bool) or num_views < 1:
+        raise CameraError(f"num_views must be a positive int, got {num_views!r}")
+    lo, hi = (float(v) for v in distance_range)
+    if not 0 < lo <= hi:
+        raise CameraError(f"distance_range must satisfy 0 < low <= high, got {distance_range!r}")
+    frame = scene_frame(scene, up=up) if frame is None else frame
+    dirs = sphere_directions(num_views, min_elevation_deg=min_elevation_deg, max_elevation_deg=max_elevation_deg,
+                             up=frame.up, seed=seed, azimuth_origin=frame.azimuth_origin)
+    g = torch.Generator().manual_seed(int(seed) + 1)
+    strata = (torch.randperm(num_views, generator=g).double() + torch.rand(num_views, generator=g, dtype=torch.float64))
+    dist = lo + (hi - lo) * strata / num_views
+    return frame_cameras(frame, dirs, dist, size, size, fov_deg=fov_deg)
+
+
+@dataclass
+class CameraSplit:
+    """Cameras of a capture split into the encoder's (``train``) and the held-out (``test``)."""
+
+    train: Cameras
+    test: Cameras
+    train_index: list[int]
+    test_index: list[int]
+
+
+def split_cameras(cameras: Cameras, every: int = HOLDOUT_EVERY) -> CameraSplit:
+    """Hold out every ``every``-th camera (indices 0, every, 2 every, ...: the 3DGS convention
+    ``idx % llffhold == 0`` on the file's order); the encoder gets the others. Needs at least
+    two cameras (one of each)."""
+    if not isinstance(every, int) or isinstance(every, bool) or every < 2:
+        raise CameraError(f"every must be an int >= 2, got {every!r}")
+    n = len(cameras)
+    if n < 2:
+        raise CameraError(f"a train/test split needs at least 2 cameras, got {n}")
+    test = [i for i in range(n) if i % every == 0]
+    train = [i for i in range(n) if i % every != 0]
+    return CameraSplit(cameras[train], cameras[test], train, test)
+
+
+def encoder_cameras(scene: GaussianScene, cameras: Cameras | None = None, *, num_views: int = 16,
+                    view_size: int = 256) -> Cameras:
+    """The poses the encoder renders for ``compress(scene, cameras=cameras, num_views=...,
+    view_size=...)``: ``cameras`` when given, else its default views. Its refinement and
+    verification views are these poses (at other pixel sizes), so a check against them covers
+    every view the encoder saw."""
+    if cameras is not None:
+        return cameras
+    from .contribution import default_cameras
+
+    return default_cameras(scene, num_views=num_views, size=view_size)
+
+
+def check_disjoint(eval_cameras: Cameras, seen_cameras: Cameras, scale: float,
+                   tolerance: float = SAME_VIEW_TOLERANCE) -> float:
+    """Raise :class:`HeldoutError` if an evaluation camera sees the same image as an encoder
+    camera (pose distance below ``tolerance``; positions in units of ``scale``, e.g. the scene
+    size); return the smallest pose distance found."""
+    d = pose_distance(eval_cameras, seen_cameras, scale)
+    least = float(d.min()) if d.numel() else math.inf
+    if least < tolerance:
+        i, j = divmod(int(d.argmin()), d.shape[1])
+        raise HeldoutError(f"evaluation camera {i} equals encoder camera {j} (pose distance {least:.2e} < "
+                           f"{tolerance:g}): the evaluation would not be held out")
+    return least
+
+
+# ----------------------------------------------------------------------------- scores
+
+
+@dataclass
+class ViewScores:
+    """PSNR/SSIM of one set of views, and what the views are."""
+
+    psnr: float
+    ssim: float
+    per_view_psnr: list[float] = field(default_factory=list)
+    label: str = ""
+
+    def summary(self) -> dict:
+        return {"psnr_db": round(self.psnr, 3), "ssim": round(self.ssim, 5), "views": len(self.per_view_psnr),
+                "label": self.label}
+
+
+def render_views(scene: GaussianScene, cameras: Cameras, *, batch: int = 4, device=None) -> torch.Tensor:
+    """[C, H, W, 3] colours of ``scene`` from every camera (no gradient), rendered in batches."""
+    from .render import render
+
+    if device is not None:
+        scene, cameras = scene.to(device), cameras.to(device)
+    with torch.no_grad():
+        return torch.cat([render(scene, cameras[i: i + batch]).colors.cpu() for i in range(0, len(cameras), batch)])
+
+
+def score_views(reference: torch.Tensor, images: torch.Tensor, label: str = "") -> ViewScores:
+    """Mean PSNR and SSIM of ``images`` against ``reference`` ([C, H, W, 3] each)."""
+    from .metrics import psnr, ssim
+
+    per = [float(psnr(images[i: i + 1], reference[i: i + 1])) for i in range(images.shape[0])]
+    return ViewScores(float(sum(per) / len(per)), float(ssim(images, reference)), per, label)
+
+
+# ----------------------------------------------------------------------------- transforms
+
+
+def rotation_matrix(axis, angle_deg: float) -> torch.Tensor:
+    """[3, 3] float64 rotation by ``angle_deg`` about ``axis`` (right-handed)."""
+    a = torch.as_tensor(axis, dtype=torch.float64).reshape(3)
+    if not (torch.isfinite(a).all() and a.norm() > 0):
+        raise ValueError(f"axis must be a non-zero finite 3-vector, got {axis!r}")
+    a = a / a.norm()
+    th = math.radians(angle_deg)
+    K = torch.tensor([[0, -a[2], a[1]], [a[2], 0, -a[0]], [-a[1], a[0], 0]], dtype=torch.float64)
+    return torch.eye(3, dtype=torch.float64) + math.sin(th) * K + (1 - math.cos(th)) * K @ K
+
+
+def quat_from_rotmat(R: torch.Tensor) -> torch.Tensor:
+    """[4] (w, x, y, z) unit quaternion of a [3, 3] rotation matrix (w >= 0)."""
+    R = torch.as_tensor(R, dtype=torch.float64)
+    m = R
+    tr = float(m[0, 0] + m[1, 1] + m[2, 2])
+    if tr > 0:
+        s = math.sqrt(tr + 1.0) * 2
+        q = [0.25 * s, (m[2, 1] - m[1, 2]) / s, (m[0, 2] - m[2, 0]) / s, (m[1, 0] - m[0, 1]) / s]
+    elif m[0, 0] > m[1, 1] and m[0, 0] > m[2, 2]:
+        s = math.sqrt(1.0 + m[0, 0] - m[1, 1] - m[2, 2]) * 2
+        q = [(m[2, 1] - m[1, 2]) / s, 0.25 * s, (m[0, 1] + m[1, 0]) / s, (m[0, 2] + m[2, 0]) / s]
+    elif m[1, 1] > m[2, 2]:
+        s = math.sqrt(1.0 + m[1, 1] - m[0, 0] - m[2, 2]) * 2
+        q = [(m[0, 2] - m[2, 0]) / s, (m[0, 1] + m[1, 0]) / s, 0.25 * s, (m[1, 2] + m[2, 1]) / s]
+    else:
+        s = math.sqrt(1.0 + m[2, 2] - m[0, 0] - m[1, 1]) * 2
+        q = [(m[1, 0] - m[0, 1]) / s, (m[0, 2] + m[2, 0]) / s, (m[1, 2] + m[2, 1]) / s, 0.25 * s]
+    q = torch.tensor([float(v) for v in q], dtype=torch.float64)
+    q = q / q.norm()
+    return -q if q[0] < 0 else q
+
+
+def _quat_mul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Hamilton product a * b of (w, x, y, z) quaternions (a [4], b [N, 4])."""
+    aw, ax, ay, az = a.unbind(-1)
+    bw, bx, by, bz = b.unbind(-1)
+    return torch.stack([aw * bw - ax * bx - ay * by - az * bz, aw * bx + ax * bw + ay * bz - az * by,
+                        aw * by - ax * bz + ay * bw + az * bx, aw * bz + ax * by - ay * bx + az * bw], dim=-1)
+
+
+def _sh_rotation(degree: int, R: torch.Tensor) -> list[torch.Tensor]:
+    """Per band l = 1..degree, the [2l+1, 2l+1] matrix D with ``c' = D c`` for SH coefficients
+    in the renderer's real basis: a Gaussian turned by R looks from ``R d`` as it did from ``d``.
+    Solved by least squares on sampled directions (exact: each band is closed under rotation)."""
+    from ..ops._torch_ref import sh_basis
+
+    dirs = torch.randn(256, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    dirs = dirs / dirs.norm(dim=-1, keepdim=True)
+    Y = sh_basis(degree, dirs)  # [M, K] at d'
+    Yb = sh_basis(degree, dirs @ R)  # at R^T d'
+    out = []
+    for band in range(1, degree + 1):
+        sl = slice(band * band, (band + 1) ** 2)
+        out.append(torch.linalg.lstsq(Y[:, sl], Yb[:, sl]).solution)
+    return out
+
+
+def transform_scene(scene: GaussianScene, rotation=None, translation=None, scale: float = 1.0) -> GaussianScene:
+    """The scene moved by ``x -> scale * rotation @ x + translation``: positions, orientations
+    (quaternions composed with the rotation), log-scales (+ log scale) and view-dependent SH
+    bands (rotated so every Gaussian looks the same from the moved viewpoint). Opacity and DC
+    colour do not change. Computed in float64, returned in the scene's dtype."""
+    R = torch.eye(3, dtype=torch.float64) if rotation is None else torch.as_tensor(rotation, dtype=torch.float64)
+    t = torch.zeros(3, dtype=torch.float64) if translation is None else torch.as_tensor(translation,
+                                                                                        dtype=torch.float64)
+    if R.shape != (3, 3) or not torch.allclose(R @ R.T, torch.eye(3, dtype=torch.float64), atol=1e-6) \
+            or float(torch.linalg.det(R)) < 0:
+        raise ValueError("rotation must be a proper [3, 3] rotation matrix")
+    if t.shape != (3,) or not torch.isfinite(t).all() or not (math.isfinite(scale) and scale > 0):
+        raise ValueError(f"translation must be a finite [3] vector and scale positive, got {t.tolist()}, {scale!r}")
+    dt = scene.means.dtype
+    means = scale * scene.means.double() @ R.T + t
+    quats = _quat_mul(quat_from_rotmat(R), scene.quats.double())
+    rest = scene.sh_rest
+    if rest.shape[1]:
+        rest = rest.double().clone()
+        for band, D in enumerate(_sh_rotation(scene.sh_degree, R), start=1):
+            sl = slice(band * band - 1, (band + 1) ** 2 - 1)
+            rest[:, sl] = torch.einsum("ij,njc->nic", D, rest[:, sl])
+    return replace(scene, means=means.to(dt), quats=quats.to(dt), log_scales=scene.log_scales + math.log(scale),
+                   sh_rest=rest.to(dt))
+
+
+@dataclass(frozen=True)
+class Similarity:
+    """``x -> scale * rotation @ x + translation`` and a name for tables."""
+
+    name: str
+    rotation: torch.Tensor
+    translation: torch.Tensor
+    scale: float
+
+
+def invariance_transforms(frame, count: int = 6) -> list[Similarity]:
+    """``count`` (at most 6) fixed similarity transforms for the invariance spread, around the
+    scene's frame (rotations about its centre, shifts in units of its size): a tilted 37-degree
+    turn scaled 1.7x and shifted; 1e-3x; 1e3x; z-up (90 degrees about x); upside down with a
+    shift of 10 sizes; a generic turn about a skew axis at 0.05x."""
+    c, s = frame.centre, frame.size
+    specs = [
+        ("rot37-tilt x1.7 shift", rotation_matrix([0.3, 1.0, 0.2], 37.0), 1.7, [0.7, -0.4, 1.1]),
+        ("x0.001", torch.eye(3, dtype=torch.float64), 1e-3, [0.0, 0.0, 0.0]),
+        ("x1000", torch.eye(3, dtype=torch.float64), 1e3, [0.0, 0.0, 0.0]),
+        ("z-up (rot90 x)", rotation_matrix([1.0, 0.0, 0.0], 90.0), 1.0, [0.0, 0.0, 0.0]),
+        ("upside down shift 10", rotation_matrix([0.0, 0.0, 1.0], 180.0), 1.0, [10.0, 0.0, -10.0]),
+        ("rot123 skew x0.05", rotation_matrix([-0.5, 0.8, 0.6], 123.0), 0.05, [-2.0, 3.0, 1.0]),
+    ]
+    if not 1 <= count <= len(specs):
+        raise ValueError(f"count must be in 1..{len(specs)}, got {count!r}")
+    out = []
+    for name, R, k, shift in specs[:count]:
+        # about the centre: x -> k R (x - c) + c + shift * size
+        t = c - k * (R @ c) + torch.tensor(shift, dtype=torch.float64) * s
+        out.append(Similarity(name, R, t, k))
+    return out
