@@ -2,7 +2,8 @@
 """PILA ablations at an equal, reduced budget on the toy world, scored on the same held-out seeds.
 
     python scripts/ablate_pila.py train --work out/ablate --arm pila [--steps 120 --batch 4]
-    python scripts/ablate_pila.py eval  --work out/ablate --num 48 --seed-sets 990000 880000
+    python scripts/ablate_pila.py eval  --work out/ablate --num 96 --seed-sets 990000
+    python scripts/ablate_pila.py merge --results out/ablate/eval_990000/results.json out/ablate/eval_880000/results.json
 
 Arms (each trained on the same clips, same batches, same number of optimiser steps, float32,
 one thread): ``pila`` (stages 1, 2, 3: S/6, S/6, 2S/3 steps; stage 3 with the physics term and
@@ -140,9 +141,25 @@ def eval_arms(a):
     print(ev.markdown())
 
 
+def merge(a):
+    """Pool the per-clip rows of several ``eval`` runs (different seed sets) and summarise them."""
+    from visionmoe.video import evaluation as E
+
+    per = {}
+    for path in a.results:
+        for name, rows in json.load(open(path))["per_clip"].items():
+            per.setdefault(name, []).extend(rows)
+    s = E.summarize(per)
+    os.makedirs(a.out, exist_ok=True)
+    with open(os.path.join(a.out, "table.md"), "w") as fh:
+        fh.write(s.markdown() + "\n")
+    print(s.markdown())
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=["clips", "train", "eval"])
+    p.add_argument("what", choices=["clips", "train", "eval", "merge"])
+    p.add_argument("--results", nargs="+", default=[], help="merge: results.json files of eval runs")
     p.add_argument("--work", default="out/ablate")
     p.add_argument("--arm", choices=sorted(ARMS))
     p.add_argument("--arms", nargs="+", default=list(ARMS))
@@ -165,6 +182,9 @@ def main(argv=None):
         if a.arm is None:
             p.error("train needs --arm")
         train_arm(a)
+    elif a.what == "merge":
+        a.out = a.out or os.path.join(a.work, "eval_pooled")
+        merge(a)
     else:
         a.out = a.out or os.path.join(a.work, "eval_" + "_".join(map(str, a.seed_sets)))
         eval_arms(a)
