@@ -1,5 +1,6 @@
 # Two commands: `make demo` and `make test`. Both create or reuse .venv, install the pinned
-# stack and build visionmoe._C in place (ninja, incremental), then run.
+# stack (requirements.txt) and the package (editable), build visionmoe._C in place (ninja,
+# incremental), then run. `make wheel` packs dist/visionmoe-*.whl from the same objects.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -10,7 +11,7 @@ export MAX_JOBS ?= 2
 export HF_HUB_OFFLINE := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: all build demo test bench clean web-deps
+.PHONY: all build demo test bench wheel clean
 
 all: build
 
@@ -21,6 +22,7 @@ $(DEPS_STAMP): requirements.txt | $(PY)
 	$(PIP) install -q -r requirements.txt
 	touch $@
 
+# editable install: the console scripts visionmoe-splat / visionmoe-video and the metadata
 $(INSTALL_STAMP): $(DEPS_STAMP) setup.py pyproject.toml
 	VISIONMOE_SKIP_EXT=1 $(PIP) install -q --no-build-isolation --no-deps -e .
 	touch $@
@@ -33,24 +35,16 @@ build: $(INSTALL_STAMP)
 demo: build
 	$(PY) scripts/demo.py
 
-test: build web-deps
+test: build
 	$(PY) -m pytest -q -p no:cacheprovider tests
-
-# The web decoder/viewer tests (tests/web) need Node 20+, web/'s npm packages (lock file) and
-# the distribution's Chromium (never a browser download): installed here when missing.
-WEB_STAMP := web/node_modules/.install-stamp
-web-deps: $(WEB_STAMP)
-	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
-	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
-
-$(WEB_STAMP): web/package.json web/package-lock.json
-	@command -v node >/dev/null 2>&1 || \
-	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null; }
-	cd web && npm ci --no-audit --no-fund --loglevel=error
-	touch $@
 
 bench: build
 	$(PY) scripts/bench_routing.py
 
+# a wheel for `pip install` elsewhere (same Python and torch); reuses the objects of `build`
+wheel: build
+	$(PIP) wheel -q --no-build-isolation --no-deps -w dist .
+	@ls -l dist/visionmoe-*.whl
+
 clean:
-	rm -rf build visionmoe/*.so *.egg-info
+	rm -rf build dist visionmoe/*.so *.egg-info

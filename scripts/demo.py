@@ -3,9 +3,9 @@
 
 1. what the compiled extension contains, and a label-prior-masked MoE routing example;
 2. PGMS: compress the scene in assets/, decode it, write a side-by-side PNG (out/demo_splat.png);
-3. PILA: generate physics clips with the embedded toy world model (assets/toy_world) with and
-   without its trained PILA adapter (and the scale-0 control), write both mp4 files, the strip
-   image and the physics-metric table (out/demo_video/).
+3. PILA: generate physics clips with the toy world model shipped in the package
+   (visionmoe/video/assets/toy_world) with and without its trained PILA adapter (and the scale-0
+   control), write both mp4 files, the strip image and the physics-metric table (out/demo_video/).
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from pathlib import Path
 import torch
 
 from visionmoe import ops
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def routing_example() -> None:
@@ -39,7 +41,7 @@ def main() -> None:
     info = ops.build_info()
     print("visionmoe._C build:", ", ".join(f"{k}={v}" for k, v in info.items()))
     routing_example()
-    from demo_splat import REPO, splat_demo  # PGMS: compress the default scene in assets/, decode, compare
+    from demo_splat import splat_demo  # PGMS: compress the default scene in assets/, decode, compare
 
     out = REPO / "out" / "demo_splat.png"
     f = splat_demo(REPO / "assets" / "fruit_drops_minimal.ply", 20.0, out)
