@@ -150,3 +150,19 @@ def test_transform_scene_rejects_bad_transforms():
         transform_scene(scene, None, None, 0.0)
     with pytest.raises(ValueError, match="count"):
         invariance_transforms(scene_frame(scene), 7)
+
+
+def test_evaluate_decoded_reports_heldout_and_seen_apart():
+    from visionmoe.splat.evaluation import evaluate_decoded
+
+    scene = object_scene(300)
+    enc = encoder_cameras(scene, num_views=4, view_size=32)
+    held = heldout_cameras(scene, num_views=3, size=48)
+    noisy = GaussianScene(**{**scene.__dict__, "sh_dc": scene.sh_dc + 0.05})
+    rep = evaluate_decoded(scene, noisy, held, enc, seen_views=2)
+    assert 10 < rep.heldout.psnr < 60 and rep.seen is not None and "not held out" in rep.seen.label
+    assert len(rep.seen.per_view_psnr) == 2 and rep.separation > 0.01
+    assert rep.summary()["heldout"]["views"] == 3
+    assert evaluate_decoded(scene, scene, held).heldout.psnr == 100.0
+    with pytest.raises(HeldoutError):
+        evaluate_decoded(scene, noisy, enc[[0, 1]].scaled(1.5), enc)

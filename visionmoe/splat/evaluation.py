@@ -37,7 +37,7 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "EVAL_SEED", "HOLDOUT_EVERY", "HeldoutError", "CameraSplit", "ViewScores", "heldout_cameras", "split_cameras",
     "encoder_cameras", "check_disjoint", "render_views", "score_views", "transform_scene", "rotation_matrix",
-    "quat_from_rotmat", "invariance_transforms", "Similarity",
+    "quat_from_rotmat", "invariance_transforms", "Similarity", "HeldoutReport", "evaluate_decoded",
 ]
 
 #: Seed of the default held-out views. The encoder's views are deterministic orbits (no seed);
@@ -288,3 +288,41 @@ def invariance_transforms(frame, count: int = 6) -> list[Similarity]:
         t = c - k * (R @ c) + torch.tensor(shift, dtype=torch.float64) * s
         out.append(Similarity(name, R, t, k))
     return out
+
+
+# ----------------------------------------------------------------------------- report
+
+
+@dataclass
+class HeldoutReport:
+    """Held-out scores (the headline), scores on views the encoder saw (labelled, optional) and
+    how far the held-out poses are from the encoder's (smallest pose distance)."""
+
+    heldout: ViewScores
+    seen: ViewScores | None
+    separation: float
+
+    def summary(self) -> dict:
+        return {"heldout": self.heldout.summary(), "seen": None if self.seen is None else self.seen.summary(),
+                "min_pose_distance": round(self.separation, 4)}
+
+
+def evaluate_decoded(original: GaussianScene, decoded: GaussianScene, eval_cameras: Cameras,
+                     seen_cameras: Cameras | None = None, *, seen_views: int = 8, device=None,
+                     reference: torch.Tensor | None = None) -> HeldoutReport:
+    """Score ``decoded`` against ``original`` on ``eval_cameras`` (checked disjoint from
+    ``seen_cameras``, the encoder's views, when given) and, when ``seen_views`` > 0, on that many
+    of the encoder's poses rendered at the evaluation size (labelled "seen by the encoder").
+    ``reference``: the original's renders of ``eval_cameras`` if already made."""
+    frame = scene_frame(original)
+    sep = check_disjoint(eval_cameras, seen_cameras, frame.size) if seen_cameras is not None else math.inf
+    ref = render_views(original, eval_cameras, device=device) if reference is None else reference
+    label = f"{len(eval_cameras)} held-out views at {eval_cameras.width}x{eval_cameras.height}"
+    held = score_views(ref, render_views(decoded, eval_cameras, device=device), label)
+    seen = None
+    if seen_cameras is not None and seen_views > 0:
+        idx = torch.linspace(0, len(seen_cameras) - 1, min(seen_views, len(seen_cameras))).round().long().tolist()
+        cams = seen_cameras[idx].scaled(eval_cameras.width / seen_cameras.width)
+        seen = score_views(render_views(original, cams, device=device), render_views(decoded, cams, device=device),
+                           f"{len(idx)} views the encoder saw, at {cams.width}x{cams.height} (not held out)")
+    return HeldoutReport(held, seen, sep)
