@@ -253,3 +253,15 @@ def test_validation_knows_every_adapter_option():
     with pytest.raises(AdapterConfigError, match="anchor must be true or false, got 1"):
         validate_adapter_config({"anchor": 1})
     assert validate_adapter_config({"structure": "plain", "plain_blocks": 2, "hidden_dim": 16}) is not None
+
+
+@pytest.mark.parametrize("caption, message", [(5, "'caption' must be text, got int 5"),
+                                              (["a", "b"], "'caption' must be text, got list"),
+                                              ("   ", "missing 'caption'")])
+def test_manifest_caption_type(tmp_path, caption, message):
+    from visionmoe.video.data import ManifestError, read_manifest
+
+    path = tmp_path / "m.jsonl"
+    path.write_text(json.dumps({"video": "a.mp4", "caption": caption}) + "\n")
+    with pytest.raises(ManifestError, match=message.replace("(", r"\(")):
+        read_manifest(str(path), check_files=False)

@@ -140,7 +140,9 @@ def read_manifest(path: str, *, check_files: bool = True) -> List[VideoRecord]:
             if not video or not isinstance(video, str):
                 raise ManifestError(f"{where}missing 'video' (path of the clip); fields present: {sorted(rec)}")
             caption = rec.get("caption", rec.get("prompt", rec.get("text")))
-            if not caption or not isinstance(caption, str):
+            if caption is not None and not isinstance(caption, str):
+                raise ManifestError(f"{where}'caption' must be text, got {type(caption).__name__} {caption!r}")
+            if not caption or not caption.strip():
                 raise ManifestError(f"{where}missing 'caption' (non-empty text); fields present: {sorted(rec)}")
             vpath = video if os.path.isabs(video) else os.path.join(root, video)
             start, end = _opt_float(rec, "start", where), _opt_float(rec, "end", where)
