@@ -357,3 +357,12 @@ def test_flow_guidance_trains_on_the_guided_velocity(cache, pipe):
     assert torch.isclose(losses[3.0]["flow"], losses[3.0]["flow_base"])
     with pytest.raises(ValueError, match="flow_guidance"):
         TrainConfig(stage=3, output_dir="unused", cache_dir=cache_dir, flow_guidance=-1.0)
+
+
+def test_plain_adapter_trains_in_stage_3(tmp_path, cache, pipe):
+    """Ablation (a): the plain adapter (no fields) trains with the flow-matching loss alone."""
+    cache_dir, _ = cache
+    cfg = TrainConfig(stage=3, output_dir=str(tmp_path / "plain"), cache_dir=cache_dir, max_steps=2, checkpoint_every=2,
+                      **{**SMALL, "adapter": {"structure": "plain", "hidden_dim": 16, "plain_blocks": 1}})
+    res = train(cfg, pipe=pipe)
+    assert res.steps == 2 and all(torch.isfinite(torch.tensor(h["flow"])) for h in res.history)

@@ -431,7 +431,7 @@ def stage_losses(adapter_fn, adapter, pipe, batch: Dict, cfg: TrainConfig, gen: 
     use_mask = (torch.rand(B, generator=gen) < cfg.label_mask_prob).to(device)
     s = sigma.view(B, 1, 1, 1, 1)
     x_t = (1 - s) * x0 + s * eps
-    target = _pool_anchor(adapter, x0)
+    target = _pool_anchor(adapter, x0) if cfg.stage < 3 else None  # anchor targets (stages 1, 2)
     mask = torch.where(use_mask[:, None], labels > 0, torch.ones_like(labels, dtype=torch.bool))
     mask = mask | ~mask.any(-1, keepdim=True)  # never an empty prior
     flow_target = eps - x0
