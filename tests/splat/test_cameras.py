@@ -264,3 +264,47 @@ def test_pose_distance_is_zero_only_for_the_same_view():
     assert float(d.diagonal().abs().max()) < 1e-6 and float((d + torch.eye(5, dtype=torch.float64)).min()) > 0.05
     bigger = a.scaled(2)  # same pose and field of view at another pixel size: the same view
     assert float(pose_distance(a, bigger, f.size).diagonal().max()) < 1e-6
+
+
+def skewed_scene(n=400, seed=2):
+    g = torch.Generator().manual_seed(seed)
+    means = (torch.rand(n, 3, generator=g) ** 2) * torch.tensor([1.0, 0.3, 0.6])  # distinct spreads, skewed
+    return GaussianScene(means=means, quats=torch.tensor([1.0, 0, 0, 0]).expand(n, 4).clone(),
+                         log_scales=torch.full((n, 3), -4.0), opacity_logits=torch.full((n,), 2.0),
+                         sh_dc=torch.zeros(n, 3), sh_rest=torch.zeros(n, 0, 3))
+
+
+@pytest.mark.parametrize("R, t, s", SIMILARITIES)
+def test_coverage_cameras_move_with_the_scene(R, t, s):
+    """The encoder-side views need no up axis: they come from the scene's principal frame, so a
+    moved scene gets the moved cameras (same images), whatever its orientation and units."""
+    from visionmoe.splat.cameras import coverage_cameras
+    from visionmoe.splat.evaluation import render_views
+
+    scene = skewed_scene()
+    moved = transform_scene(scene.to(dtype=torch.float64), R, torch.tensor(t, dtype=torch.float64), s)
+    a = coverage_cameras(scene, 20, 32, distances=(1.0, 0.6))
+    b = coverage_cameras(moved, 20, 32, distances=(1.0, 0.6))
+    same = transform_cameras(a, R, torch.tensor(t, dtype=torch.float64), s)
+    assert float(pose_distance(same, b, scene_frame(moved).size).diagonal().max()) < 1e-4
+    assert b.near == pytest.approx(s * a.near, rel=1e-5)
+    img_a, img_b = render_views(scene, a), render_views(moved.to(dtype=torch.float32), b)
+    assert float((img_a - img_b).abs().max()) < 0.02
+
+
+def test_coverage_cameras_see_the_whole_sphere():
+    from visionmoe.splat.cameras import coverage_cameras
+
+    scene = skewed_scene()
+    f = scene_frame(scene)
+    cams = coverage_cameras(scene, 32, 16, distances=(1.0, 0.6))
+    off = cams.centers.double() - f.centre
+    dist = off.norm(dim=-1) / f.orbit_distance()
+    torch.testing.assert_close(dist[0::2], torch.ones(16, dtype=torch.float64), atol=1e-5, rtol=0)
+    torch.testing.assert_close(dist[1::2], torch.full((16,), 0.6, dtype=torch.float64), atol=1e-5, rtol=0)
+    dirs = off / off.norm(dim=-1, keepdim=True)
+    # every axis direction, both ways, has a camera within 40 degrees
+    for axis in torch.cat([torch.eye(3), -torch.eye(3)]).double():
+        assert float((dirs @ axis).max()) > math.cos(math.radians(40))
+    with pytest.raises(CameraError, match="distances"):
+        coverage_cameras(scene, 4, 16, distances=())

@@ -16,7 +16,7 @@ import torch
 
 __all__ = [
     "Cameras", "CameraError", "SceneFrame", "load_cameras_json", "orbit_cameras", "look_at", "scene_frame",
-    "sphere_directions", "frame_cameras", "transform_cameras", "pose_distance",
+    "sphere_directions", "frame_cameras", "transform_cameras", "pose_distance", "coverage_cameras",
 ]
 
 # Near and far clip planes as multiples of the scene size (see :class:`SceneFrame`): a 0.2-unit
@@ -467,3 +467,27 @@ def pose_distance(a: Cameras, b: Cameras, scale: float) -> torch.Tensor:
     fb = b.Ks[:, 0, 0].double() / b.width
     focal = (fa[:, None] - fb[None]).abs() / fa[:, None].clamp_min(1e-12)
     return centre + rot + focal
+
+
+def coverage_cameras(scene, num_views: int = 32, size: int = 256, *, distances=(1.0,), fov_deg: float = 50.0,
+                     frame: SceneFrame | None = None) -> Cameras:
+    """Views from every direction, fixed to the scene itself (not to world axes or units).
+
+    Directions: a Fibonacci lattice over the whole sphere (``sphere_directions``, no seed) whose
+    pole is the scene's least-spread principal axis and whose azimuth 0 is its most-spread one;
+    image up is the pole. Distances cycle through ``distances`` (in units of the orbit distance,
+    :meth:`SceneFrame.orbit_distance`); clip planes scale with the scene. For the scene moved by
+    any similarity the cameras move with it, so whatever is computed from their renders does not
+    depend on the scene's position, orientation or units (up to principal axes that tie: a
+    scene spread equally along two axes has no preferred azimuth)."""
+    if not isinstance(num_views, int) or isinstance(num_views, bool) or num_views < 1:
+        raise CameraError(f"num_views must be a positive int, got {num_views!r}")
+    dist = [float(d) for d in distances]
+    if not dist or not all(d > 0 and math.isfinite(d) for d in dist):
+        raise CameraError(f"distances must be positive finite numbers, got {distances!r}")
+    f = scene_frame(scene) if frame is None else frame
+    pole = f.axes[2]
+    f = SceneFrame(f.centre, f.size, pole, f.axes)
+    dirs = sphere_directions(num_views, up=pole, azimuth_origin=f.axes[0])
+    k = torch.tensor([dist[i % len(dist)] for i in range(num_views)], dtype=torch.float64)
+    return frame_cameras(f, dirs, k, size, size, fov_deg=fov_deg)
