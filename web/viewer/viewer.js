@@ -5,6 +5,7 @@
 //   camera=JSON       {"viewmat": [16 numbers, row-major world-to-camera, OpenCV axes], "fovx": degrees}
 //                     (default: the orbit camera of `visionmoe-splat render --views 1`, from level 0)
 //   hud=0             hide the overlay (screenshots)
+//   maxsh=D           render SH bands up to degree D only
 //   width=W&height=H  fixed canvas size in CSS pixels (default: the window)
 // window.pgmsViewer reports progress to tests: {shown: [{level, bytes, count, ms}], done, error, ...}.
 
@@ -34,8 +35,10 @@ renderer.setSize(width(), height());
 renderer.setClearColor(0x000000, 1);
 document.body.appendChild(renderer.domElement);
 const scene = new THREE.Scene();
-// 3DGS semantics of the Python rasteriser: 3 sigma extent, alpha >= 1/255, 0.3 px low-pass, depth sort
-const spark = new SparkRenderer({ renderer, maxStdDev: 3, minAlpha: 1 / 255, blurAmount: 0.3, sortRadial: false });
+// 3DGS semantics of the Python rasteriser: 3 sigma extent, alpha >= 1/255, depth sort, and the
+// 0.3 px low-pass added to the 2D covariance without opacity compensation (Spark's blurAmount
+// rescales opacity by sqrt(det ratio), Mip-Splatting style; its preBlurAmount does not)
+const spark = new SparkRenderer({ renderer, maxStdDev: 3, minAlpha: 1 / 255, preBlurAmount: 0.3, blurAmount: 0, sortRadial: false, accumExtSplats: true });
 scene.add(spark);
 const camera = new THREE.PerspectiveCamera(50, width() / height(), 0.01, 1e6);
 const controls = new OrbitControls(camera, renderer.domElement);
@@ -106,6 +109,12 @@ function show(level, sc, bytes) {
     }
     const next = new SplatMesh({ fileBytes: sceneToPly(sc), fileType: "ply", extSplats: true, enableLod: false });
     await next.initialized;
+    if (params.has("maxsh")) {
+      const d = Number(params.get("maxsh"));
+      next.maxSh = d;
+      next.extSplats?.setMaxSh?.(d);
+      next.packedSplats?.setMaxSh?.(d);
+    }
     scene.add(next);
     if (mesh) {
       scene.remove(mesh);
