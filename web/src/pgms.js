@@ -673,6 +673,9 @@ export class PgmsStream {
     let nNext = 0;
     for (let i = 0; i < n; i++) nNext += cc[i];
     if (fine && nNext) throw new FormatError(`${where}: the finest level declares children`);
+    if (this.seen + nNext > h.totalNodes) {
+      throw new FormatError(`corrupt .pgms: level ${lv} declares ${nNext} children, more than the ${h.totalNodes} nodes HEAD declares`);
+    }
     this.levels.push({ n, means, quats, ls, logit, dc, rest, terminal: cc.map((c) => (c === 0 ? 1 : 0)) });
     // children inherit their parent's decoded frame (float32 values)
     const np = {
