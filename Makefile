@@ -11,7 +11,7 @@ export MAX_JOBS ?= 2
 export HF_HUB_OFFLINE := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: all build demo test bench wheel clean
+.PHONY: all build demo test bench wheel clean web-deps
 
 all: build
 
@@ -35,8 +35,21 @@ build: $(INSTALL_STAMP)
 demo: build
 	$(PY) scripts/demo.py
 
-test: build
+test: build web-deps
 	$(PY) -m pytest -q -p no:cacheprovider tests
+
+# The web decoder/viewer tests (tests/web) need Node 20+, web/'s npm packages (lock file) and
+# the distribution's Chromium (never a browser download): installed here when missing.
+WEB_STAMP := web/node_modules/.install-stamp
+web-deps: $(WEB_STAMP)
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
+$(WEB_STAMP): web/package.json web/package-lock.json
+	@command -v node >/dev/null 2>&1 || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null; }
+	cd web && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
 
 bench: build
 	$(PY) scripts/bench_routing.py
