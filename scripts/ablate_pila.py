@@ -19,13 +19,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 
 import torch
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
 ADAPTER = {"hidden_dim": 64, "slot_dim": 16, "expert_hidden": 64}
 ARMS = {

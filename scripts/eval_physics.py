@@ -50,6 +50,19 @@ def fmt(v):
     return str(v)
 
 
+def _check_output(parser, flag, path):
+    """Fail before the scoring work, not after it, when an output cannot be written."""
+    if path is None:
+        return
+    parent = os.path.dirname(os.path.abspath(path)) or "."
+    if os.path.isdir(path):
+        parser.error(f"{flag}: {path} is a directory; give a file path")
+    if not os.path.isdir(parent):
+        parser.error(f"{flag}: the folder {parent} does not exist; create it first")
+    if not os.access(parent, os.W_OK):
+        parser.error(f"{flag}: the folder {parent} is not writable")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("videos", help="folder of videos")
@@ -62,6 +75,8 @@ def main(argv=None):
     a = p.parse_args(argv)
     if not os.path.isdir(a.videos):
         p.error(f"not a folder: {a.videos}")
+    for flag, path in (("--out", a.out), ("--csv", a.csv)):
+        _check_output(p, flag, path)
     names = sorted(f for f in os.listdir(a.videos) if f.lower().endswith(VIDEO_EXT))
     if not names:
         p.error(f"no videos ({', '.join(VIDEO_EXT)}) in {a.videos}")

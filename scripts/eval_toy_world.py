@@ -21,13 +21,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 
 import torch
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
 from visionmoe.video import evaluation as E  # noqa: E402
 from visionmoe.video import metrics as M  # noqa: E402

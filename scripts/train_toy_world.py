@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Train the toy physics world model shipped in ``assets/toy_world`` (a real diffusers Wan 2.1 pipeline).
+"""Train the toy physics world model shipped in ``visionmoe/video/assets/toy_world`` (a real diffusers Wan 2.1 pipeline).
 
 Everything is built offline from configs and trained from scratch on procedural clips of
 ``visionmoe.video.synthetic`` (64x64, 17 frames, one ball falling or bouncing, captioned with
@@ -31,15 +31,12 @@ import argparse
 import json
 import math
 import os
-import sys
 import time
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
 from visionmoe.video.synthetic import generate_clip  # noqa: E402
 
@@ -356,7 +353,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--phase", default="all", choices=["vae", "cache", "dit", "export", "all"])
     p.add_argument("--work", default="out/toy_world_train", help="checkpoints and caches")
-    p.add_argument("--export", default="assets/toy_world")
+    p.add_argument("--export", default="visionmoe/video/assets/toy_world")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--num-clips", type=int, default=1200)
     p.add_argument("--scenarios", default="free_fall,bounce")

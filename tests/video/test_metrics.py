@@ -152,3 +152,21 @@ def test_eval_physics_script(tmp_path, capsys):
     assert "1 video(s) could not be read" in capsys.readouterr().err
     assert sorted(os.listdir(tmp_path / "exp" / "phygenbench")) == ["output_video_1.mp4", "output_video_2.mp4",
                                                                      "prompts.json"]
+
+
+@pytest.mark.parametrize("flag", ["--out", "--csv"])
+def test_eval_physics_checks_outputs_before_scoring(tmp_path, capsys, monkeypatch, flag):
+    import importlib.util
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    spec = importlib.util.spec_from_file_location("eval_physics", os.path.join(root, "scripts", "eval_physics.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    vids = tmp_path / "videos"
+    vids.mkdir()
+    (vids / "a.mp4").write_bytes(b"never read")
+    monkeypatch.setattr(mod, "read_frames", lambda *_: pytest.fail("scored before checking the output path"))
+    with pytest.raises(SystemExit) as e:
+        mod.main([str(vids), flag, str(tmp_path / "no" / "such" / "t.md")])
+    assert e.value.code == 2
+    assert "does not exist" in capsys.readouterr().err
