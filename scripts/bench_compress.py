@@ -41,12 +41,21 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from visionmoe.splat.cameras import orbit_cameras  # noqa: E402
-from visionmoe.splat.cli import keep_freed_memory  # noqa: E402
+from visionmoe.splat.memory import keep_freed_memory  # noqa: E402
 from visionmoe.splat.codec import compress, decompress, reference_ply_bytes  # noqa: E402
 from visionmoe.splat.contribution import default_cameras, image_contributions  # noqa: E402
 from visionmoe.splat.io import read_ply  # noqa: E402
 from visionmoe.splat.metrics import psnr, ssim  # noqa: E402
 from visionmoe.splat.render import render  # noqa: E402
+
+
+def stage_breakdown(timings: dict) -> str:
+    """One line: seconds per encoder stage and its share of the total (``CompressResult.timings``:
+    allocate, quantize, encode and verify are the rung search's parts; prune search and refine
+    include the encodes they run)."""
+    total = timings.get("total") or sum(timings.values())
+    parts = [f"{k} {v:.1f}s ({v / max(total, 1e-9):.0%})" for k, v in timings.items() if k != "total"]
+    return f"stages: {', '.join(parts)}; total {total:.1f}s"
 
 
 def find_splat_transform(node_dir: Path, install: bool) -> list[str] | None:
@@ -171,6 +180,7 @@ def main() -> int:
                     f"SH kept on {res.preset.sh_fraction:.0%} (degree {min(res.preset.sh_degree, scene.sh_degree)})")
             record(f"PGMS {r:g}x", res.nbytes, enc, dec_s, dec, note, target_bytes=res.target_bytes,
                    target_met=res.target_met, stage_s={k: round(v, 2) for k, v in res.timings.items()})
+            print("  " + stage_breakdown(res.timings))
         if tool:
             with tempfile.TemporaryDirectory(dir=out) as tmp:
                 tmp = Path(tmp)

@@ -133,7 +133,7 @@ def test_cli_keeps_freed_memory_on_glibc():
     whether that applied, and elsewhere it is a no-op."""
     import platform
 
-    from visionmoe.splat.cli import keep_freed_memory
+    from visionmoe.splat.memory import keep_freed_memory
 
     applied = keep_freed_memory()
     assert applied is (platform.system() == "Linux" and platform.libc_ver()[0] == "glibc")

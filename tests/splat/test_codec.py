@@ -212,13 +212,14 @@ def test_prune_search_never_worse_on_its_views(asset, asset_20x):
 def test_no_prune_search_when_every_leaf_fits_at_the_finest_rungs(asset, monkeypatch):
     """At 3x the asset keeps every leaf at the finest rungs: no finer rung for a pruned variant
     to afford, so the search encodes nothing more (at any quality; there is no dB cut-off)."""
-    from visionmoe.splat import codec
+    from visionmoe.splat.allocator import APPEARANCE_LADDER, GEOMETRY_LADDER
+    from visionmoe.splat.encoder import rungs
 
     scene, cams, contrib = asset
-    calls, real = [], codec._allocate_and_encode
-    monkeypatch.setattr(codec, "_allocate_and_encode", lambda *a, **k: calls.append(1) or real(*a, **k))
+    calls, real = [], rungs.allocate_and_encode
+    monkeypatch.setattr(rungs, "allocate_and_encode", lambda *a, **k: calls.append(1) or real(*a, **k))
     res = compress(scene, ratio=3, cameras=cams, contributions=contrib, refine_steps=0)
-    finest = (len(codec.GEOMETRY_LADDER) - 1, len(codec.APPEARANCE_LADDER) - 1)
+    finest = (len(GEOMETRY_LADDER) - 1, len(APPEARANCE_LADDER) - 1)
     assert res.preset_index == finest and res.primitives == scene.num_gaussians - res.pruned
     assert len(calls) == 1
 
@@ -232,7 +233,7 @@ def test_finer_geometry_checks_stop_at_the_first_rise(asset, caplog):
     import re
 
     scene, cams, contrib = asset
-    with caplog.at_level(logging.DEBUG, logger="visionmoe.splat.codec"):
+    with caplog.at_level(logging.DEBUG, logger="visionmoe.splat"):
         for ratio in (30, 50):
             compress(scene, ratio=ratio, cameras=cams, contributions=contrib, refine_steps=0)
     runs, skips, proxy_skips = [], 0, 0
@@ -278,17 +279,17 @@ def test_prune_refill_keeps_the_variants_rungs(asset, monkeypatch):
     """A pruned variant that leaves budget unused is refilled at its own rungs (no second rung
     search): the last allocation is pinned to the preset that variant chose. On the asset at
     30x the search refills (4 pruned variants, the last a refill)."""
-    from visionmoe.splat import codec
+    from visionmoe.splat.encoder import rungs
 
     scene, cams, contrib = asset
-    calls, real = [], codec._allocate_and_encode
+    calls, real = [], rungs.allocate_and_encode
 
-    def spy(pyr, meta, target, preset_pin, *args, **kwargs):
-        data, info = real(pyr, meta, target, preset_pin, *args, **kwargs)
-        calls.append((preset_pin, (info[0].preset.geometry, info[0].preset.appearance), len(data)))
-        return data, info
+    def spy(tree, target, **kwargs):
+        out = real(tree, target, **kwargs)
+        calls.append((kwargs["pin"], out.encoding.rung.index, out.encoding.nbytes))
+        return out
 
-    monkeypatch.setattr(codec, "_allocate_and_encode", spy)
+    monkeypatch.setattr(rungs, "allocate_and_encode", spy)
     res = compress(scene, ratio=30, cameras=cams, contributions=contrib, refine_steps=0)
     assert len(calls) == 5 and all(pin is None for pin, _, _ in calls[:4])
     pin, chosen, size = calls[-1]
@@ -427,13 +428,13 @@ def test_refine_keep_best_returns_the_pass_before_a_codeword_jump(asset):
 def test_refinement_views_are_twice_the_contribution_views_up_to_512_px(asset):
     """The refinement renders the contribution views at twice their size (at most 512 px, never
     below their own size), with as many views a step as fit 8 views of 512 px (1 to 16)."""
-    from visionmoe.splat.codec import _refinement_views
+    from visionmoe.splat.encoder.refine import refinement_views
 
     scene = asset[0]
     for size, want, per_step in ((256, 512, 8), (128, 256, 16), (400, 512, 8), (512, 512, 8), (1024, 1024, 2),
                                  (2048, 2048, 1)):
         cams = default_cameras(scene, num_views=2, size=size)
-        got, n = _refinement_views(cams)
+        got, n = refinement_views(cams)
         assert (got.width, got.height, n) == (want, want, per_step)
         assert torch.equal(got.viewmats, cams.viewmats)
         torch.testing.assert_close(got.Ks[:, :2], cams.Ks[:, :2] * want / size)
@@ -494,18 +495,20 @@ def test_refinement_quantiser_reproduces_the_decoder(asset):
     """The quantisation-aware refinement renders what the decoder will return: on an encoded
     cut, the quantiser's positions, colours, opacities and covariances (rotation and scales
     in the primitive's own axis order) match the decompressed file's."""
-    from visionmoe.splat import codec
     from visionmoe.splat._math import covariance
+    from visionmoe.splat.encoder.refine import cut_primitives, terminal_quantizer
+    from visionmoe.splat.encoder.rungs import allocate_and_encode
+    from visionmoe.splat.encoder.stages import Progress, StageTimes
+    from visionmoe.splat.encoder.tree import build_tree
 
     scene, _, contrib = asset
     kept, w = prune(scene, contrib)
     ref = reference_ply_bytes(scene.num_gaussians, scene.sh_degree)
-    pyr, meta = codec._prepare(kept, w, scene.sh_degree, scene.num_gaussians, ref)
-    data, info = codec._allocate_and_encode(pyr, meta, ref // 20, (6, 5), 0, codec._Progress(False), {})
-    qz, k = info[0], info[1]
-    terms, prim = codec._cut_primitives(pyr, qz.plan, k)
-    got = codec._terminal_quantizer(pyr, qz, meta, terms)(prim)
-    dec = decompress(data)
+    tree = build_tree(kept, w, scene.sh_degree, scene.num_gaussians, ref)
+    enc = allocate_and_encode(tree, ref // 20, pin=(6, 5), seed=0, prog=Progress(False), times=StageTimes()).encoding
+    terms, prim = cut_primitives(tree.pyramid, enc)
+    got = terminal_quantizer(tree, enc, terms)(prim)
+    dec = decompress(enc.data)
     assert dec.num_gaussians == prim.num_gaussians and sum(len(t) for t in terms) == prim.num_gaussians
     # the decoder's primitive order is its own: pair them by (decoded) position
     a = np.lexsort(got["means"].numpy().T[::-1])
@@ -525,23 +528,25 @@ def test_memoised_quantisation_matches_fresh_across_rungs():
     """The allocator's memo (nearest-prototype searches, parent-frame relabelling) never hands a
     rung another rung's results: each rung quantised through one shared memo, in an order that
     revisits a rung, gives the symbols of a fresh quantisation."""
-    from visionmoe.splat.codec import _estimate, _prepare, _quantize_full, _samples
+    from visionmoe.splat.encoder.quantized import CodebookCache, TreeMemo, estimate_rung, quantize_tree, sample_nodes
+    from visionmoe.splat.encoder.tree import build_tree
 
     scene = random_scene(3000, degree=2, seed=3)
     kept, w = prune(scene, torch.rand(scene.num_gaussians, generator=torch.Generator().manual_seed(0)) + 0.1, 0.0)
-    pyr, meta = _prepare(kept, w, scene.sh_degree, scene.num_gaussians, 10**6)
-    samples = _samples(pyr, 512, 0)
-    books, memo = {}, {}
+    tree = build_tree(kept, w, scene.sh_degree, scene.num_gaussians, 10**6)
+    pyr, meta = tree.pyramid, tree.meta
+    samples = sample_nodes(pyr, 512, 0)
+    books, memo = CodebookCache(), TreeMemo()
     rungs = [(2, 3), (9, 3), (2, 11), (2, 3)]
     shared = []
     for pi in rungs:
-        qz = _estimate(pyr, make_preset(*pi), meta, samples, 0, books, memo)
-        _quantize_full(pyr, qz, meta, memo)
+        qz = estimate_rung(pyr, make_preset(*pi), meta, samples, 0, books, memo)
+        quantize_tree(pyr, qz, meta, memo)
         shared.append(qz.symbols)
-    assert any(k[0] == "full" for k in memo) and any(k[0] == "sample" for k in memo)
+    assert memo.full and memo.sample
     for pi, got in zip(rungs, shared):
-        qz = _estimate(pyr, make_preset(*pi), meta, samples, 0, books)
-        _quantize_full(pyr, qz, meta)
+        qz = estimate_rung(pyr, make_preset(*pi), meta, samples, 0, books)
+        quantize_tree(pyr, qz, meta)
         for a, b in zip(got, qz.symbols):
             assert a.keys() == b.keys()
             for name in a:
@@ -590,25 +595,30 @@ def test_pinned_variant_symbols_are_the_base_trees(asset):
     """With the base's codebooks, quantising the tree without some leaves afresh gives exactly
     the base's symbols of the surviving nodes (closed loop on unchanged decoded parents): the
     pruning search's pinned variants reuse them instead of quantising again."""
-    from visionmoe.splat import codec
+    from visionmoe.splat.encoder.prune import restrict_symbols
+    from visionmoe.splat.encoder.quantized import CodebookCache, TreeMemo, estimate_rung, quantize_tree, sample_nodes
+    from visionmoe.splat.encoder.tree import build_tree
     from visionmoe.splat.pyramid import drop_leaves
 
     scene, _, contrib = asset
     kept, w = prune(scene, contrib)
-    pyr, meta = codec._prepare(kept, w, scene.sh_degree, scene.num_gaussians, reference_ply_bytes(scene.num_gaussians, 3))
+    tree = build_tree(kept, w, scene.sh_degree, scene.num_gaussians, reference_ply_bytes(scene.num_gaussians, 3))
+    pyr, meta = tree.pyramid, tree.meta
     for rungs in ((9, 6), (12, 13)):  # an SH codebook; per-primitive SH
-        books, memo = {}, {}
-        base = codec._estimate(pyr, make_preset(*rungs), meta, codec._samples(pyr, 16384, 0), 0, books, memo)
-        codec._quantize_full(pyr, base, meta, memo)
+        books, memo = CodebookCache(), TreeMemo()
+        base = estimate_rung(pyr, make_preset(*rungs), meta, sample_nodes(pyr, 16384, 0), 0, books, memo)
+        quantize_tree(pyr, base, meta, memo)
         order = torch.argsort(pyr.weight[-1], descending=True, stable=True)
         keep = torch.zeros(pyr.levels[-1].num_gaussians, dtype=torch.bool)
         keep[order[: int(0.9 * len(order))]] = True
         sub, index = drop_leaves(pyr, keep)
-        fresh = codec._estimate(sub, base.preset, meta, codec._samples(sub, 16384, 0), 0, {})
-        fresh.shape_cb, fresh.sh_cb = base.shape_cb, base.sh_cb  # the base's codebooks
-        assert fresh.keep is not None and not (fresh.keep & ~base.keep[index[-1].numpy()]).any()
-        codec._quantize_full(sub, fresh, meta)
-        reused = codec._restrict_symbols(base.symbols, index, fresh.keep)
+        fresh = estimate_rung(sub, base.preset, meta, sample_nodes(sub, 16384, 0), 0, CodebookCache())
+        fresh.tables.shape_codebook = base.tables.shape_codebook  # the base's codebooks
+        fresh.tables.sh_codebook = base.tables.sh_codebook
+        keep = fresh.tables.sh_keep
+        assert keep is not None and not (keep & ~base.tables.sh_keep[index[-1].numpy()]).any()
+        quantize_tree(sub, fresh, meta)
+        reused = restrict_symbols(base.symbols, index, keep)
         for lv, (a, b) in enumerate(zip(fresh.symbols, reused)):
             assert a.keys() == b.keys(), lv
             for name in a:
@@ -621,11 +631,12 @@ def test_prune_search_threads_change_no_byte(asset, monkeypatch):
     and both finer rungs are tried)."""
     from concurrent.futures import Future
 
-    from visionmoe.splat import codec
+    from visionmoe.splat.encoder import prune as prune_stage
+    from visionmoe.splat.encoder import rungs as rungs_stage
 
-    monkeypatch.setattr(codec, "_PRUNE_REUSE_TREE_ABOVE", 0)
-    pinned, real_pinned = [], codec._encode_pinned_variant
-    monkeypatch.setattr(codec, "_encode_pinned_variant", lambda *a: pinned.append(a[3]) or real_pinned(*a))
+    monkeypatch.setattr(prune_stage, "_PRUNE_REUSE_TREE_ABOVE", 0)
+    pinned, real_pinned = [], prune_stage.encode_pinned_variant
+    monkeypatch.setattr(prune_stage, "encode_pinned_variant", lambda *a: pinned.append(a[2]) or real_pinned(*a))
 
     class Serial:
         def __init__(self, max_workers):
@@ -641,12 +652,9 @@ def test_prune_search_threads_change_no_byte(asset, monkeypatch):
 
     scene, cams, contrib = asset
     threaded = compress(scene, ratio=6, cameras=cams, contributions=contrib, refine_steps=0)
-    real = codec.ThreadPoolExecutor
-    codec.ThreadPoolExecutor = Serial
-    try:
-        serial = compress(scene, ratio=6, cameras=cams, contributions=contrib, refine_steps=0)
-    finally:
-        codec.ThreadPoolExecutor = real
+    monkeypatch.setattr(prune_stage, "ThreadPoolExecutor", Serial)
+    monkeypatch.setattr(rungs_stage, "ThreadPoolExecutor", Serial)
+    serial = compress(scene, ratio=6, cameras=cams, contributions=contrib, refine_steps=0)
     assert threaded.data == serial.data
     assert len(pinned) >= 4 and threaded.pruned > 0  # both finer rungs, twice; a pruned variant won
 

@@ -1,11 +1,12 @@
-"""GaussianScene and INRIA-layout .ply reading/writing (via plyfile)."""
+"""GaussianScene, INRIA-layout .ply reading/writing (via plyfile), and the one atomic file writer."""
 
 from __future__ import annotations
 
 import logging
 import math
 import os
-import tempfile
+import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
@@ -314,13 +315,39 @@ def write_ply(scene: GaussianScene, path: str | os.PathLike, *, ascii: bool = Fa
     data = np.empty(n, dtype=[(name, "<f4") for name in names])
     for i, name in enumerate(names):
         data[name] = cols[:, i]
+    ply = PlyData([PlyElement.describe(data, "vertex")], text=ascii, byte_order=byte_order)
+    return atomic_write(path, ply.write)
+
+
+def atomic_write(path: str | os.PathLike, write: Callable) -> Path:
+    """Write a file through ``write(binary file object)`` so that ``path`` is never half-written:
+    into a new temporary file in the same folder (created with mode 0o666, so the user's umask
+    sets its permissions, as for any new file), flushed to disk, then renamed over ``path``. The
+    folder is created if missing; on any error the temporary file is removed and ``path`` is
+    left as it was. Every file the library and the command line write goes through here."""
+    path = Path(path)
+    if path.exists() and not path.is_file():
+        raise SceneError(f"{path}: exists and is not a regular file; refusing to replace it")
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    while True:
+        tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+            break
+        except FileExistsError:
+            continue
     try:
         with os.fdopen(fd, "wb") as f:
-            PlyData([PlyElement.describe(data, "vertex")], text=ascii, byte_order=byte_order).write(f)
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
     return path
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically (:func:`atomic_write`)."""
+    return atomic_write(path, lambda f: f.write(data))

@@ -89,6 +89,26 @@ def scene_extent(scene: GaussianScene) -> float:
     return float((q[1] - q[0]).max().clamp_min(1e-6))
 
 
+def _optimizer(scene: GaussianScene, dense: GaussianScene, lr_scale: float):
+    """The refined parameters (copies that require grad) and their Adam at the 3DGS rates."""
+    params = {k: getattr(scene, k).detach().clone().requires_grad_(True) for k in _RATES}
+    extent = scene_extent(dense)
+    opt = torch.optim.Adam([{"params": [params[k]], "lr": r * lr_scale * (extent if k == "means" else 1.0)}
+                            for k, r in _RATES.items()])
+    return params, opt
+
+
+def _shown(params: dict, quantize) -> dict:
+    """The parameters a step renders: with ``quantize``, the decoded values straight-through."""
+    shown = dict(params)
+    if quantize is not None:
+        with torch.no_grad():  # the codec quantises on the CPU
+            decoded = quantize(GaussianScene(**{k: v.detach().cpu() for k, v in params.items()}))
+        for k, v in decoded.items():
+            shown[k] = params[k] + (v.to(params[k]) - params[k]).detach()
+    return shown
+
+
 def refine(scene: GaussianScene, dense: GaussianScene, cameras, *, steps: int = 30, lr_scale: float = 1.0,
            views_per_step: int = 16, lr_final: float = 1.0, progress=None, check=None, check_at: int = 0,
            quantize=None, keep_best: bool = False) -> GaussianScene | None:
@@ -129,10 +149,7 @@ def refine(scene: GaussianScene, dense: GaussianScene, cameras, *, steps: int = 
     batches = [list(range(b, len(cameras), num_batches)) for b in range(num_batches)]
     with torch.no_grad():
         targets = [render(dense, cameras[idx]).colors for idx in batches]
-    params = {k: getattr(scene, k).detach().clone().requires_grad_(True) for k in _RATES}
-    extent = scene_extent(dense)
-    opt = torch.optim.Adam([{"params": [params[k]], "lr": r * lr_scale * (extent if k == "means" else 1.0)}
-                            for k, r in _RATES.items()])
+    params, opt = _optimizer(scene, dense, lr_scale)
     base_lrs = [g["lr"] for g in opt.param_groups]
     best_pass, best_loss, pass_loss = None, math.inf, 0.0
     for step in range(steps):
@@ -141,13 +158,7 @@ def refine(scene: GaussianScene, dense: GaussianScene, cameras, *, steps: int = 
             g["lr"] = lr * decay
         opt.zero_grad()
         b = step % num_batches
-        shown = dict(params)
-        if quantize is not None:
-            with torch.no_grad():  # the codec quantises on the CPU
-                decoded = quantize(GaussianScene(**{k: v.detach().cpu() for k, v in params.items()}))
-            for k, v in decoded.items():
-                shown[k] = params[k] + (v.to(params[k]) - params[k]).detach()
-        out = render(GaussianScene(**shown), cameras[batches[b]]).colors
+        out = render(GaussianScene(**_shown(params, quantize)), cameras[batches[b]]).colors
         # MSE, the error PSNR measures: against L1 on the benchmark's refined rows (tarot, guitar,
         # plant, statue at 10x-50x, 512 px) tarot 20x +0.29 dB, plant 50x +0.11, statue 20x
         # +0.09, guitar 50x -0.11, the rest within 0.06

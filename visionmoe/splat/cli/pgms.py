@@ -1,8 +1,8 @@
-"""PGMS subcommands of ``visionmoe-splat``: compress, decompress, eval, info.
+"""``visionmoe-splat`` PGMS commands: compress, decompress, eval, info.
 
-Registered in ``cli.SUBCOMMANDS``; each ``cmd_*`` returns an exit status and raises
-``CLIError`` (or a library error) for bad input, which ``cli.main`` prints as one line
-with exit status 2. Outputs are written atomically and never over an input file.
+Each ``cmd_*`` returns an exit status and raises ``CLIError`` (or a library error) for bad
+input, which ``main`` prints as one line with exit status 2. Outputs are written atomically
+(``io.atomic_write``) and never over an input file.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import json
 import time
 from pathlib import Path
 
-from .cli import (KEEP_FREED_MEMORY_MAX_GAUSSIANS, CLIError, _nonnegative_int, _positive_int, atomic_write_bytes,
-                  keep_freed_memory)
+from ..memory import KEEP_FREED_MEMORY_MAX_GAUSSIANS, keep_freed_memory
+from ._common import CLIError, check_io, enable_verbose_logging, nonnegative_int, positive_int
 
 __all__ = ["PGMS_SUBCOMMANDS"]
 
@@ -64,7 +64,7 @@ def _refine_steps(text: str) -> int | None:
     if text == "auto":
         return None
     try:
-        return _nonnegative_int(text)
+        return nonnegative_int(text)
     except argparse.ArgumentTypeError:
         raise argparse.ArgumentTypeError(f"expected 'auto' or an integer >= 0, got {text!r}") from None
 
@@ -74,8 +74,8 @@ def _add_target(p) -> None:
     g.add_argument("--ratio", type=_ratio, help="target compression ratio against the native-degree float32 .ply (default 20)")
     g.add_argument("--size", type=_size, help="target file size in bytes (suffixes k, M)")
     g.add_argument("--psnr", type=_psnr, help="target PSNR in dB on the contribution views (bisection on size; slower)")
-    p.add_argument("--views", type=_positive_int, default=16, help="orbit views for contributions at 20 degrees, plus half as many at 45 and at 0 (default 16)")
-    p.add_argument("--view-size", type=_positive_int, default=256, help="contribution view size in pixels (default 256)")
+    p.add_argument("--views", type=positive_int, default=16, help="orbit views for contributions at 20 degrees, plus half as many at 45 and at 0 (default 16)")
+    p.add_argument("--view-size", type=positive_int, default=256, help="contribution view size in pixels (default 256)")
     p.add_argument("--cameras", help="INRIA cameras.json to use instead of orbit views")
     p.add_argument("--device", default=None,
                    help="device for the encoder's renders (cpu, cuda, cuda:N; default: cuda if present; "
@@ -84,15 +84,19 @@ def _add_target(p) -> None:
     p.add_argument("--refine-steps", type=_refine_steps, default=None,
                    help="render-vs-original refinement steps on the chosen primitives, kept only if they help "
                         "(default auto: 80 on cuts of at most 150k primitives below 48 dB; 0: off, faster)")
-    p.add_argument("--prune-search", type=_nonnegative_int, default=3,
+    p.add_argument("--prune-search", type=nonnegative_int, default=3,
                    help="pruned variants render-checked against a merged cut (default 3; 0: off, faster)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="log the encoder's stages, their results and timings (stderr)")
 
 
 def _compress(args, scene):
-    from .cameras import load_cameras_json
-    from .codec import compress
+    from ..cameras import load_cameras_json
+    from ..codec import compress
 
+    if args.verbose:
+        enable_verbose_logging()
     cameras = None
     if args.cameras:
         cameras = load_cameras_json(args.cameras, width=args.view_size, height=args.view_size)
@@ -101,24 +105,6 @@ def _compress(args, scene):
         num_views=args.views, view_size=args.view_size, preset=args.preset, progress=not args.quiet,
         refine_steps=args.refine_steps, prune_search=args.prune_search,
     )
-
-
-def _same_file(a: Path, b: Path) -> bool:
-    try:
-        return a.resolve() == b.resolve()
-    except OSError:
-        return False
-
-
-def _check_io(inp: Path, out: Path, suffix: str) -> None:
-    if not inp.is_file():
-        raise CLIError(f"input file {inp} does not exist")
-    if _same_file(inp, out):
-        raise CLIError(f"output {out} is the input file; choose another path")
-    if out.exists() and out.is_dir():
-        raise CLIError(f"output {out} is a folder; give a {suffix} file path")
-    if not out.parent.exists():
-        raise CLIError(f"output folder {out.parent} does not exist")
 
 
 # ----------------------------------------------------------------------------- compress
@@ -135,11 +121,11 @@ def add_compress_parser(subparsers) -> None:
 
 
 def cmd_compress(args) -> int:
-    from .io import read_ply
-    from .render import resolve_device
+    from ..io import read_ply
+    from ..render import resolve_device
 
     inp, out = Path(args.scene), Path(args.out)
-    _check_io(inp, out, ".pgms")
+    check_io(inp, out, ".pgms")
     resolve_device(args.device)  # a bad --device fails before the scene is read
     scene = read_ply(inp, nonfinite="drop" if args.drop_nonfinite else "reject")
     if scene.num_gaussians <= KEEP_FREED_MEMORY_MAX_GAUSSIANS:
@@ -147,7 +133,7 @@ def cmd_compress(args) -> int:
     t = time.perf_counter()
     res = _compress(args, scene)
     elapsed = time.perf_counter() - t
-    atomic_write_bytes(out, res.data)
+    res.save(out)
     g, a = res.preset_index
     print(f"wrote {out}: {res.nbytes} bytes, {res.ratio:.2f}x vs float32 .ply ({res.reference_bytes} bytes), "
           f"{res.primitives} primitives from {res.input_gaussians} Gaussians, preset {g},{a}, {elapsed:.1f} s")
@@ -171,11 +157,11 @@ def add_decompress_parser(subparsers) -> None:
 
 
 def cmd_decompress(args) -> int:
-    from .codec import decompress
-    from .io import write_ply
+    from ..codec import decompress
+    from ..io import write_ply
 
     inp, out = Path(args.input), Path(args.out)
-    _check_io(inp, out, ".ply")
+    check_io(inp, out, ".ply")
     if args.level is not None and args.level < 0:
         raise CLIError(f"--level must be >= 0, got {args.level}")
     t = time.perf_counter()
@@ -198,8 +184,8 @@ def add_eval_parser(subparsers) -> None:
     p.add_argument("scene", help="original scene, INRIA-layout .ply")
     p.add_argument("compressed", nargs="?", help=".pgms to evaluate (default: compress now with the target options)")
     _add_target(p)
-    p.add_argument("--eval-views", type=_positive_int, default=16, help="orbit views to compare (default 16)")
-    p.add_argument("--eval-size", type=_positive_int, default=512, help="comparison view size in pixels (default 512)")
+    p.add_argument("--eval-views", type=positive_int, default=16, help="orbit views to compare (default 16)")
+    p.add_argument("--eval-size", type=positive_int, default=512, help="comparison view size in pixels (default 512)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.set_defaults(func=cmd_eval)
 
@@ -207,11 +193,11 @@ def add_eval_parser(subparsers) -> None:
 def cmd_eval(args) -> int:
     import torch
 
-    from .cameras import orbit_cameras
-    from .codec import decompress, reference_ply_bytes
-    from .io import read_ply
-    from .metrics import psnr, ssim
-    from .render import render, resolve_device
+    from ..cameras import orbit_cameras
+    from ..codec import decompress, reference_ply_bytes
+    from ..io import read_ply
+    from ..metrics import psnr, ssim
+    from ..render import render, resolve_device
 
     inp = Path(args.scene)
     if not inp.is_file():
@@ -267,7 +253,7 @@ def add_info_parser(subparsers) -> None:
 
 
 def cmd_info(args) -> int:
-    from .codec import info
+    from ..codec import info
 
     inp = Path(args.input)
     if not inp.is_file():

@@ -1,0 +1,65 @@
+"""The options of one encode (``codec.compress``'s keyword arguments), validated."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from ..allocator import make_preset
+
+
+@dataclass
+class EncodeOptions:
+    """See :func:`visionmoe.splat.codec.compress` for each field. ``ratio`` defaults to 20 when
+    no target is given; ``device`` is resolved once (every render of the encode runs there)."""
+
+    ratio: float | None = None
+    size: int | None = None
+    psnr: float | None = None
+    cameras: object = None
+    device: str | torch.device | None = None
+    contributions: torch.Tensor | None = None
+    num_views: int = 16
+    view_size: int = 256
+    preset: tuple[int, int] | None = None
+    refine_steps: int | None = None
+    prune_threshold: float = 1 / 255
+    verify_views: int = 4
+    verify_candidates: int = 3
+    prune_search: int = 3
+    seed: int = 0
+
+    def __post_init__(self):
+        ratio, size, psnr = self.ratio, self.size, self.psnr
+        if sum(t is not None for t in (ratio, size, psnr)) > 1:
+            raise ValueError("give at most one of ratio=, size=, psnr=")
+        if ratio is None and size is None and psnr is None:
+            self.ratio = ratio = 20.0
+        if ratio is not None and not (isinstance(ratio, (int, float)) and math.isfinite(ratio) and ratio >= 1):
+            raise ValueError(f"ratio must be a finite number >= 1, got {ratio!r}")
+        if size is not None and not (isinstance(size, int) and size > 0):
+            raise ValueError(f"size must be a positive number of bytes, got {size!r}")
+        if psnr is not None and not (isinstance(psnr, (int, float)) and 0 < psnr < 150):
+            raise ValueError(f"psnr must be in (0, 150) dB, got {psnr!r}")
+        if self.preset is not None:
+            make_preset(*self.preset)  # validates the rungs
+        if not (isinstance(self.prune_search, int) and self.prune_search >= 0):
+            raise ValueError(f"prune_search must be an int >= 0, got {self.prune_search!r}")
+        if self.refine_steps is not None and not (isinstance(self.refine_steps, int) and self.refine_steps >= 0):
+            raise ValueError(f"refine_steps must be None (auto) or an int >= 0, got {self.refine_steps!r}")
+        from ..render import resolve_device
+
+        self.device = resolve_device(self.device)
+
+    def target_bytes(self, ref_bytes: int) -> int | None:
+        """The byte target of a ratio or size target (None for a PSNR target)."""
+        if self.psnr is not None:
+            return None
+        return int(self.size if self.size is not None else ref_bytes / self.ratio)
+
+    @property
+    def render_checked(self) -> bool:
+        """Whether the rung choice render-checks its shortlist (and so the pruning search can run)."""
+        return self.verify_views > 0 and self.preset is None

@@ -1,0 +1,273 @@
+"""Stage: the pruning search. Variants that drop the lowest-contribution Gaussians instead of
+merging them (or that afford a finer rung by dropping the faintest few) are encoded at the same
+target and render-checked on the search views; the lowest error within the rate window wins."""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..allocator import APPEARANCE_LADDER, GEOMETRY_LADDER, plan_cut
+from ..decode import decompress
+from ..pyramid import Pyramid, drop_leaves
+from ..quantize import ShGrid
+from .cut import Encoding, tune_cut
+from .quantized import estimate_rung, quantize_tree, sample_nodes
+from .rungs import KEEPS_ALL_SHARE, PinnedSeeds
+from .tree import Tree, build_tree
+
+logger = logging.getLogger("visionmoe.splat.encoder.prune")
+
+# Keep counts tried by the pruning search. When the cut merges, as multiples of its primitive
+# count: measured on the shared scenes at 20x and 50x, the best pruned variant kept 1.0-1.6x as
+# many Gaussians as the merged cut had primitives (still merging where it pays).
+_PRUNE_KEEP_MERGED = (1.25, 1.6, 1.0)
+# When the cut keeps (nearly) every leaf, dropping the faintest few lets a finer rung fit
+# (playbot at 20x: 39.8 -> 40.5 dB). Each of the rungs one step finer than the base's (in
+# geometry, in appearance) and two steps finer in geometry (playbot at 10x: 46.9 dB there, 45.6
+# one step up) is encoded with the keep count that fits its every leaf in the target
+# (from the base run's size estimate of that rung, calibrated by the base's real bytes), pinned
+# there: no rung search or rung render checks (a quarter of an unpinned variant's cost on
+# playbot). Counts below this share of the leaves are not tried.
+_PRUNE_KEEP_ALL_MIN = 0.7
+# On scenes of at most this many leaves, the faintest tenth is also dropped with the rungs
+# searched afresh (and render-checked): on the pruned pyramid the search can land far from the
+# base (the test scene at 20x on 8 views of 128 px: base rung (4, 5), every leaf, 32.1 dB; the
+# pinned neighbours render worse; the free search picks (11, 5), merging, 35.6 dB). On playbot
+# (446k leaves) that search cost 28 of its 80 s.
+_PRUNE_FREE_MAX_LEAVES = 150_000
+# On scenes of more leaves than this, a pinned variant drops its leaves from the base's own tree
+# (``encode_pinned_variant``: playbot at 20x 4.3 s per variant instead of 8.3, 40.42 dB instead
+# of 40.44; at 10x 47.02 instead of 46.97) and the independent ones run on two threads. Smaller
+# scenes build a tree over the kept Gaussians, fitted to them: there the reused tree rendered
+# up to 11% further on the search views (plant 10x, (5, 0) at 103k leaves: 1.80e-5 vs 1.62e-5)
+# and a close call flipped to a variant 4 dB worse at 512 px (45.1 -> 41.3 dB).
+_PRUNE_REUSE_TREE_ABOVE = 150_000
+_PRUNE_FREE_KEEP = 0.9
+# Nor is a cut that keeps every leaf searched once it renders above this on the search views:
+# there the faintest Gaussians at the views' 256 px are the small ones that show at higher
+# resolution. Plant at 5x (65 dB): the finer rung without the faintest 1.7% rendered 24% closer
+# at 256 px but 2.2x further at 512 px (64.1 -> 62.4 dB on the benchmark views, 63.5 -> 58.4 on
+# the other poses). Statue at 5x (56 dB) gains 1 dB at 512 px from it.
+_PRUNE_KEEP_ALL_BELOW_DB = 60.0
+# The search runs at every quality: the render check keeps the base where dropping costs more
+# than the finer rung gains (plant, tarot and guitar at 5x), and at 5x on statue and fruit the
+# variant wins by 3.4 and 3.2 dB (56.4 -> 59.8, 55.0 -> 58.2; a former 45 dB cut-off skipped it).
+# A cut that keeps every leaf at the finest rungs has no finer rung to afford: no search.
+# The best-rendering pruned variant below this share of the target is refilled once, inside
+# the rate window too (statue at 20x: the winner used 95.1% of the budget; refilled to 98.2%,
+# 34.98 -> 35.02 dB; playbot at 20x: the variant kept every leaf at 93.5%, outside the window).
+# The refill keeps the variant's rungs (more Gaussians at the same precision is what the keep
+# count was scaled for): no rung search and no render checks, a quarter of a full allocation.
+_PRUNE_REFILL_BELOW = 0.97
+
+
+@dataclass
+class Variant:
+    """A candidate of the search: its render error on the search views, its file, its tree."""
+
+    error: float
+    encoding: Encoding
+    tree: Tree
+
+
+@dataclass(frozen=True)
+class PruneJob:
+    """What the search needs besides the base: ``allocate(tree, pin, start) -> Encoding`` codes a
+    tree at the target (rung search from ``start`` unless ``pin``); ``error(scene)`` is the
+    render MSE against the original on every search view."""
+
+    target: int
+    sh_degree: int
+    n_in: int
+    ref_bytes: int
+    allocate: Callable
+    error: Callable
+    tries: int
+    seed: int
+
+
+def _variants(base: Variant, seeds: PinnedSeeds | None, job: PruneJob, keeps_all: bool) -> list:
+    """The (keep count, pinned rung or None) pairs to try, mildest pruning first."""
+    enc, n = base.encoding, base.tree.kept.num_gaussians
+    terminal = sum(enc.terminal)
+    if not keeps_all:
+        return [(int(min(f * terminal, 0.9 * n)), None) for f in _PRUNE_KEEP_MERGED]
+    rates = seeds.rates if seeds is not None else {}
+    calib = enc.nbytes / max(float(enc.rung.plan.rate[enc.k]) + enc.rung.fixed_bytes, 1.0)
+    g, a = enc.rung.index
+    variants = []
+    for pi in ((g + 1, a), (g, a + 1), (g + 2, a)):
+        if pi in rates:
+            m = int(n * 0.985 * job.target / max(calib * rates[pi], 1.0))
+            if _PRUNE_KEEP_ALL_MIN * n <= m < n:
+                variants.append((m, pi))
+    variants.sort(reverse=True)  # the mildest pruning first
+    if n <= _PRUNE_FREE_MAX_LEAVES and job.tries > 0:
+        variants = variants[: job.tries - 1] + [(int(_PRUNE_FREE_KEEP * n), None)]
+    return variants
+
+
+class _Attempts:
+    """Encodes and render-checks one variant (``attempt``), on the base's tree where seeds allow."""
+
+    def __init__(self, base: Variant, seeds: PinnedSeeds | None, job: PruneJob):
+        self.base, self.seeds, self.job = base, seeds, job
+        n = base.tree.kept.num_gaussians
+        self.estimates = seeds.estimates if (seeds is not None and n > _PRUNE_REUSE_TREE_ABOVE) else {}
+        self.order = torch.argsort(base.tree.weights, descending=True, stable=True)
+        self.start = base.encoding.rung.index
+
+    def __call__(self, m: int, pin=None) -> Variant:
+        tree, job = self.base.tree, self.job
+        idx = torch.sort(self.order[:m]).values
+        if pin is not None and pin in self.estimates:
+            enc, sub = encode_pinned_variant(tree, self.seeds, pin, torch.isin(tree.pyramid.leaf_order, idx),
+                                             job.target, job.seed)
+            return Variant(job.error(decompress(enc.data)), enc, Tree(tree.kept.subset(idx), tree.weights[idx], sub,
+                                                                       tree.meta))
+        new = build_tree(tree.kept.subset(idx), tree.weights[idx], job.sh_degree, job.n_in, job.ref_bytes)
+        enc = job.allocate(new, pin, self.start)
+        return Variant(job.error(decompress(enc.data)), enc, new)
+
+
+def search_pruning(base: Variant, seeds: PinnedSeeds | None, job: PruneJob, prog) -> Variant:
+    """Pruning instead of merging, render-checked: -> the best of the base and its variants.
+
+    A merged primitive covers pixels its members never did (a visible blob), while dropping a
+    low-contribution Gaussian only loses its own small share. So variants that keep only the
+    top Gaussians by contribution (merging less, or affording a finer rung) are encoded at the
+    same target, starting the allocator from the base's rungs, and the lowest render error on
+    the search views wins among those within the rate window (the best-rendering variant that
+    uses less than ``_PRUNE_REFILL_BELOW`` of the target is refilled once at its rungs: keep
+    count scaled by target / size). ``seeds``: what the base run left for pinned variants."""
+    n = base.tree.kept.num_gaussians
+    start = base.encoding.rung.index
+    keeps_all = sum(base.encoding.terminal) >= KEEPS_ALL_SHARE * n
+    n_app = len(APPEARANCE_LADDER) if job.sh_degree > 0 else 1
+    if keeps_all and start == (len(GEOMETRY_LADDER) - 1, n_app - 1):
+        return base
+    variants = [v for v in _variants(base, seeds, job, keeps_all) if v[0] >= 16][: job.tries]
+    attempt = _Attempts(base, seeds, job)
+    # On the base's tree, the pinned variants one step finer (in geometry, in appearance) do not
+    # depend on each other's outcome: they are encoded and render-checked on two threads (most of
+    # an encode is single-threaded numpy and entropy coding, which overlaps the other's renders),
+    # each on its own copy of the base's search memo; the results are those of a serial run.
+    # (Starting them while the base renders gained nothing measurable: 8.4 vs 8.7 s of search on
+    # playbot 20x, both cores already busy.)
+    independent = list(dict.fromkeys(v for v in variants if v[1] is not None and v[1][0] != start[0] + 2
+                                     and v[1] in attempt.estimates))
+    pool = ThreadPoolExecutor(max_workers=2) if len(independent) > 1 else None
+    try:
+        base = Variant(job.error(decompress(base.encoding.data)), base.encoding, base.tree)
+        logger.debug("prune search: cut of %d primitives over %d leaves, %d bytes, verify MSE %.3g",
+                     sum(base.encoding.terminal), n, base.encoding.nbytes, base.error)
+        if keeps_all and base.error < 10 ** (-_PRUNE_KEEP_ALL_BELOW_DB / 10):
+            logger.debug("prune search skipped: every leaf kept at %.1f dB", -10 * math.log10(max(base.error, 1e-30)))
+            return base
+        futures = {} if pool is None else {v: pool.submit(attempt, *v) for v in independent}
+        best, short, tried = _try_variants(base, variants, futures, attempt, job, prog)
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+    prog("prune search", len(variants), len(variants))
+    return _refill(best, base, short, tried, attempt, job)
+
+
+def _rank(job: PruneJob, base: Variant):
+    """Rate contract first, as in the rung choice: a pruned variant must land in [0.95, 1] x
+    target to replace the base (whose own shortfall, if any, the rung choice accepted)."""
+    def key(c: Variant):
+        return (0 if c is base or 0.95 * job.target <= c.encoding.nbytes <= job.target else 1, c.error)
+    return key
+
+
+def _try_variants(base: Variant, variants: list, futures: dict, attempt: _Attempts, job: PruneJob, prog):
+    """-> (the best variant, the best-rendering one that leaves budget unused, the variants tried)."""
+    key = _rank(job, base)
+    start = base.encoding.rung.index
+    best, short = base, None
+    tried, won = set(), set()  # won: pinned rungs whose variant was the best so far when tried
+    for i, (m, pin) in enumerate(variants):
+        if (m, pin) in tried:
+            continue
+        if pin is not None and pin[0] == start[0] + 2 and (start[0] + 1, pin[1]) not in won:
+            # two geometry steps up only where one step up won (as the rung checks stop at the
+            # first rise): playbot 20x, (6, 8) lost to (5, 9) and (7, 8) would cost 20 s
+            logger.debug("prune search: %s skipped, one geometry step finer did not win", pin)
+            continue
+        tried.add((m, pin))
+        prog("prune search", i, len(variants))
+        cand = futures.pop((m, pin)).result() if (m, pin) in futures else attempt(m, pin)
+        logger.debug("prune search: keep %d at %s -> %d bytes, verify MSE %.3g", m, pin or "any rung",
+                     cand.encoding.nbytes, cand.error)
+        if pin is not None and key(cand) < key(best):
+            won.add(pin)
+        # only the leaders stay referenced: a variant holds a whole pyramid and its symbols
+        if (cand.encoding.nbytes < _PRUNE_REFILL_BELOW * job.target and cand.error < base.error
+                and (short is None or cand.error < short.error)):
+            short = cand
+        best = min(best, cand, key=key)
+    return best, short, tried
+
+
+def _refill(best: Variant, base: Variant, short: Variant | None, tried: set, attempt: _Attempts,
+            job: PruneJob) -> Variant:
+    """The best-rendering variant that left budget unused, refilled once at its own rungs."""
+    if short is None:
+        return best
+    n = base.tree.kept.num_gaussians
+    m = short.tree.kept.num_gaussians
+    m2 = int(min(n, m * 0.985 * job.target / max(short.encoding.nbytes, 1)))
+    pin = short.encoding.rung.index
+    if m < m2 and (m2, pin) not in tried and not (m2 == n and pin == attempt.start):  # that one is the base
+        cand = attempt(m2, pin)
+        logger.debug("prune search: refill keep %d -> %d bytes, verify MSE %.3g", m2, cand.encoding.nbytes, cand.error)
+        best = min(best, cand, key=_rank(job, base))
+    return best
+
+
+def encode_pinned_variant(tree: Tree, seeds: PinnedSeeds, pin: tuple, leaf_keep: torch.Tensor, target: int,
+                          seed: int) -> tuple[Encoding, Pyramid]:
+    """A pinned pruning variant on the base's own tree: the pyramid without the leaves outside
+    ``leaf_keep`` (:func:`drop_leaves`), coded at rung ``pin`` with the base's codebooks, so
+    every surviving node's symbols are the base's (the decoded parents do not change) and only
+    the cut is tuned afresh: -> (encoding, pyramid). Building a new tree over the kept
+    Gaussians and quantising it anew cost playbot at 20x 8.3 s per variant."""
+    pyr, meta = tree.pyramid, tree.meta
+    qb = seeds.estimates[pin]
+    if not qb.symbols:
+        quantize_tree(pyr, qb, meta, seeds.memo.copy())  # a copy per thread
+    sub, index = drop_leaves(pyr, leaf_keep)
+    rung = estimate_rung(sub, qb.preset, meta, sample_nodes(sub, 16384, seed), seed, seeds.books.codebooks_only())
+    rung.plan = plan_cut(sub.child_count, sub.parent, rung.cost, rung.node_bytes)
+    fine_base = None if qb.tables.sh_keep is None else qb.tables.sh_keep[index[-1].numpy()]
+    a, b = rung.tables, qb.tables
+    same_books = (np.array_equal(a.shape_codebook, b.shape_codebook) and type(a.sh_codebook) is type(b.sh_codebook)
+                  and (a.sh_codebook == b.sh_codebook if isinstance(a.sh_codebook, ShGrid)
+                       else np.array_equal(a.sh_codebook, b.sh_codebook)))
+    if same_books and (a.sh_keep is None) == (fine_base is None) and (a.sh_keep is None or not (a.sh_keep & ~fine_base).any()):
+        rung.symbols = restrict_symbols(qb.symbols, index, a.sh_keep)
+    else:  # a codebook retrained on the smaller tree, or a leaf newly given SH: quantise afresh
+        quantize_tree(sub, rung, meta)
+    k = rung.plan.best_within(target - rung.fixed_bytes)
+    return tune_cut(sub, rung, k, meta, target), sub
+
+
+def restrict_symbols(symbols: list[dict], index: list[torch.Tensor], sh_keep: np.ndarray | None) -> list[dict]:
+    """Per-level symbols of the kept nodes (``index``: kept node indices per level); the leaves
+    outside ``sh_keep`` (a subset of the base's) lose their view-dependent SH."""
+    out = [{name: v[idx.numpy()] for name, v in sym.items()} for sym, idx in zip(symbols, index)]
+    fine = out[-1]
+    if "sh_flag" in fine and sh_keep is not None:
+        fine["sh_flag"] = sh_keep.astype(np.int64)
+        for name in ("sh_idx", "sh_q"):
+            if name in fine:
+                fine[name][~sh_keep] = 0
+    return out
