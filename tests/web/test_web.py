@@ -75,7 +75,7 @@ def test_viewer_streams_levels_and_matches_python_render(fixtures, tmp_path):
     assert [s["level"] for s in shown] == list(range(len(ends)))
     first = shown[0]
     assert first["bytes"] == ends[0] and first["received"] < ends[1], shown
-    assert report["shots"][0]["shotBytes"] < ends[1]
+    assert report["shots"][0]["shotBytes"] < ends[1] and report["shots"][0]["levelAfter"] == 0
     # the first picture shows something (not the black background)
     coarse = iio.imread(report["shots"][0]["file"])[..., :3]
     assert (coarse.max(-1) > 20).mean() > 0.01

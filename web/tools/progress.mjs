@@ -28,7 +28,9 @@ try {
       const last = st.shown[st.n - 1];
       const file = path.join(args.dir, `level_${last.level}.png`);
       await page.screenshot({ path: file, clip: { x: 0, y: 0, width, height } });
-      shots.push({ level: last.level, file, received: last.received, shotBytes: await page.evaluate(() => window.pgmsViewer.bytes) });
+      const after = await page.evaluate(() => ({ bytes: window.pgmsViewer.bytes, level: window.pgmsViewer.shown.at(-1).level }));
+      // shotBytes/levelAfter: bytes received and level shown once the picture was taken
+      shots.push({ level: last.level, file, received: last.received, shotBytes: after.bytes, levelAfter: after.level });
       seen = st.n;
     }
     if (st && st.done && st.n === seen) break;
