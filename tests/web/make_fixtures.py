@@ -65,15 +65,20 @@ def lossy_grid_scene(n: int = 3000, seed: int = 3) -> GaussianScene:
 def quick_set() -> list[tuple[str, GaussianScene, dict]]:
     from pgms_helpers import random_scene
 
-    fast = dict(num_views=4, view_size=64, refine_steps=0, verify_views=0, prune_search=0)
+    fast = dict(num_views=4, view_size=64, refine_steps=0, verify_views=1, prune_search=0)
     asset = read_ply(ASSET)
+
+    def synthetic(scene, **kw):  # given contributions: no renders at all
+        w = torch.rand(scene.num_gaussians, generator=torch.Generator().manual_seed(1)) + 0.1
+        return scene, dict(contributions=w, refine_steps=0, verify_views=0, prune_search=0, **kw)
+
     return [
         ("fruit_drops_minimal_5x", asset, dict(ratio=5, **fast)),
         ("fruit_drops_minimal_20x", asset, dict(ratio=20, **fast)),
-        ("random_sh0", random_scene(3000, 0, seed=11), dict(ratio=8, **fast)),
-        ("random_sh2_shq", random_scene(3000, 2, seed=12), dict(ratio=4, preset=(5, 5), **fast)),
-        ("lossy_grid", lossy_grid_scene(), dict(ratio=6, **fast)),
-        ("single_level", random_scene(40, 1, seed=13), dict(ratio=3, **fast)),
+        ("random_sh0", *synthetic(random_scene(3000, 0, seed=11), ratio=8)),
+        ("random_sh2_pinned", *synthetic(random_scene(3000, 2, seed=12), ratio=4, preset=(5, 5))),
+        ("lossy_grid_palettes", *synthetic(lossy_grid_scene(), ratio=4)),
+        ("single_node_levels", *synthetic(random_scene(40, 1, seed=13), ratio=3)),
     ]
 
 
@@ -101,7 +106,7 @@ def main(argv=None) -> int:
     entries = []
     jobs = []
     if args.scenes:
-        opts = {} if args.full else dict(num_views=4, view_size=64, refine_steps=0, verify_views=0, prune_search=0)
+        opts = {} if args.full else dict(num_views=4, view_size=64, refine_steps=0, verify_views=1, prune_search=0)
         for p in args.scenes:
             sc = read_ply(p)
             for r in args.ratios:
