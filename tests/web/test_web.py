@@ -101,3 +101,33 @@ def test_view_screenshot_level(fixtures, tmp_path):
     img = iio.imread(out)
     assert img.shape[:2] == (120, 160)
     assert [s["level"] for s in report["shown"]] == [0]
+
+
+@needs_node
+def test_server_ranges_paths_and_throttle():
+    import time
+    import urllib.error
+    import urllib.request
+
+    from visionmoe.splat.view import serve
+
+    data = bytes(range(256)) * 40
+    with serve(data, throttle=[(1000, 0.3)]) as srv:
+        def get(path, headers=None):
+            req = urllib.request.Request(srv.base + path, headers=headers or {})
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.status, r.headers, r.read()
+
+        t = time.perf_counter()
+        status, headers, body = get("/scene.pgms")
+        assert status == 200 and body == data and headers["Accept-Ranges"] == "bytes"
+        assert time.perf_counter() - t >= 0.3  # paused after byte 1000
+        status, headers, body = get("/scene.pgms", {"Range": "bytes=100-199"})
+        assert status == 206 and body == data[100:200] and headers["Content-Range"] == f"bytes 100-199/{len(data)}"
+        assert get("/scene.pgms", {"Range": "bytes=-10"})[2] == data[-10:]
+        with pytest.raises(urllib.error.HTTPError, match="416"):
+            get("/scene.pgms", {"Range": f"bytes={len(data)}-"})
+        assert get("/viewer/index.html")[0] == 200
+        for bad in ("/../setup.py", "/viewer/../../setup.py", "/tests/web/test_web.py", "/%2e%2e/setup.py"):
+            with pytest.raises(urllib.error.HTTPError, match="404"):
+                get(bad)

@@ -88,10 +88,12 @@ def _handler(cfg: _Config):
             self.wfile.write(body)
 
         def _static(self, path: str):
-            rel = urllib.parse.unquote(path).lstrip("/")
-            target = (cfg.web_root / rel).resolve()
-            root = cfg.web_root.resolve()
-            ok = any(target.is_relative_to(root / d) for d in _SERVED) and target.is_file()
+            parts = Path(os.path.normpath(urllib.parse.unquote(path).lstrip("/"))).parts
+            # no '..' (normpath keeps a leading one) and only the served folders; links inside them
+            # (a linked node_modules) are followed
+            ok = bool(parts) and parts[0] in _SERVED and ".." not in parts
+            target = cfg.web_root.joinpath(*parts) if ok else None
+            ok = ok and target.is_file()
             if not ok:
                 return self._send(404, b"not found", "text/plain")
             ctype = mimetypes.guess_type(target.name)[0] or "application/octet-stream"
