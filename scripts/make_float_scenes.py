@@ -19,6 +19,7 @@ through ``visionmoe.splat.render``):
 
     python scripts/make_float_scenes.py /tmp/scenes/plant.ply --out /tmp/float_scenes/plant_float.ply
     python scripts/make_float_scenes.py a.ply --gaussians 40000 --steps 1200 --size 160 --png
+    python scripts/make_float_scenes.py a.ply --out b.ply --elevations=-30,60   # views in a capture's band only
 
 CPU: about 0.3 s per step at 30k Gaussians, 2 views of 128 px, on 2 cores.
 """
@@ -48,9 +49,18 @@ RATES = {"means": 1e-3, "quats": 2e-3, "log_scales": 1e-2, "opacity_logits": 5e-
 SEED_OFFSET = 0x3DF17  # the cameras of this script never coincide with the evaluation's seeded ones
 
 
-def random_cameras(frame, num: int, size: int, gen: torch.Generator, dist=(0.6, 1.4)) -> Cameras:
-    """``num`` cameras from uniformly random directions over the whole sphere."""
-    d = torch.randn(num, 3, generator=gen, dtype=torch.float64)
+def random_cameras(frame, num: int, size: int, gen: torch.Generator, dist=(0.6, 1.4), elevations=(-90.0, 90.0)
+                   ) -> Cameras:
+    """``num`` cameras from uniformly random directions (area-uniform) over the band of
+    ``elevations`` above the plane perpendicular to ``frame.up`` (the whole sphere by default)."""
+    lo, hi = (math.sin(math.radians(e)) for e in elevations)
+    h = lo + (hi - lo) * torch.rand(num, generator=gen, dtype=torch.float64)
+    az = 2 * math.pi * torch.rand(num, generator=gen, dtype=torch.float64)
+    e1 = frame.azimuth_origin - (frame.azimuth_origin @ frame.up) * frame.up
+    e1 = e1 / e1.norm()
+    e2 = torch.linalg.cross(frame.up, e1)
+    r = (1 - h * h).clamp_min(0).sqrt()
+    d = (r * az.cos())[:, None] * e1 + (r * az.sin())[:, None] * e2 + h[:, None] * frame.up
     k = dist[0] + (dist[1] - dist[0]) * torch.rand(num, generator=gen, dtype=torch.float64)
     return frame_cameras(frame, d, k, size, size)
 
@@ -141,8 +151,10 @@ def make_optimizer(params: dict, size: float, lr_mult: float = 1.0):
 
 
 def fit(src: GaussianScene, *, gaussians: int, steps: int, size: int, views_per_step: int, sh_degree: int,
-        seed: int, log_every: int = 50, history: list | None = None) -> GaussianScene:
-    """The fitted scene; ``history`` (if given) receives the loss of every step."""
+        seed: int, log_every: int = 50, history: list | None = None, elevations=(-90.0, 90.0)) -> GaussianScene:
+    """The fitted scene; ``history`` (if given) receives the loss of every step. ``elevations``:
+    the band of the training views (the whole sphere by default; a capture's band, e.g. -30..60,
+    leaves what no view sees as loosely fitted as a real capture does)."""
     gen = torch.Generator().manual_seed(seed + SEED_OFFSET)
     frame = scene_frame(src)
     init = initialise(src, frame, gaussians, sh_degree, gen, size=size)
@@ -160,7 +172,7 @@ def fit(src: GaussianScene, *, gaussians: int, steps: int, size: int, views_per_
         # the second half at twice the size, one view per step (same pixel count): sharp detail
         late = step >= steps // 2
         num = max(1, views_per_step // 2) if late else views_per_step
-        cams = random_cameras(frame, num, 2 * size if late else size, gen)
+        cams = random_cameras(frame, num, 2 * size if late else size, gen, elevations=elevations)
         with torch.no_grad():
             target = render(src_sh, cams).colors
         out = render(GaussianScene(**params), cams).colors
@@ -206,15 +218,26 @@ def main() -> int:
     ap.add_argument("--views-per-step", type=int, default=2)
     ap.add_argument("--sh-degree", type=int, default=0, choices=range(4), help="SH degree of the new scene")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--elevations", default="-90,90",
+                    help="band of training view elevations in degrees about the scene's up (-y), e.g. "
+                         "--elevations=-30,60 to fit like a capture (default -90,90: the whole sphere)")
     ap.add_argument("--png", action="store_true", help="also write OUT.png: source (top) vs fitted (bottom)")
     args = ap.parse_args()
     torch.manual_seed(args.seed)
+    try:
+        elevations = tuple(float(v) for v in args.elevations.split(","))
+        if len(elevations) != 2 or not -90 <= elevations[0] < elevations[1] <= 90:
+            raise ValueError
+    except ValueError:
+        print(f"error: --elevations must be LOW,HIGH with -90 <= LOW < HIGH <= 90, got {args.elevations!r}",
+              file=sys.stderr)
+        return 2
     src = read_ply(args.source, nonfinite="drop")
     print(f"{args.source}: {src.num_gaussians} Gaussians, SH{src.sh_degree}; fitting {args.gaussians} "
           f"(SH{args.sh_degree}) for {args.steps} steps of {args.views_per_step} views at {args.size} px")
     t = time.perf_counter()
     fitted = fit(src, gaussians=args.gaussians, steps=args.steps, size=args.size, views_per_step=args.views_per_step,
-                 sh_degree=args.sh_degree, seed=args.seed)
+                 sh_degree=args.sh_degree, seed=args.seed, elevations=elevations)
     fit_s = time.perf_counter() - t
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

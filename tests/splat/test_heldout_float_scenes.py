@@ -51,3 +51,18 @@ def test_fit_makes_a_float_scene_of_the_asked_count(tmp_path):
     # the same seed starts from the same scene
     again = mod.fit(src, gaussians=250, steps=0, size=32, views_per_step=2, sh_degree=1, seed=0, log_every=0)
     assert torch.equal(again.means, init.means)
+
+
+def test_training_views_stay_in_the_asked_band():
+    from visionmoe.splat.cameras import scene_frame
+
+    mod = load_script()
+    frame = scene_frame(source_scene())
+    cams = mod.random_cameras(frame, 200, 16, torch.Generator().manual_seed(0), elevations=(-30.0, 60.0))
+    off = cams.centers.double() - frame.centre
+    el = torch.rad2deg(torch.asin((off / off.norm(dim=-1, keepdim=True)) @ frame.up))
+    assert float(el.min()) >= -30 - 1e-4 and float(el.max()) <= 60 + 1e-4 and float(el.max() - el.min()) > 70
+    whole = mod.random_cameras(frame, 200, 16, torch.Generator().manual_seed(0))
+    off = whole.centers.double() - frame.centre
+    el = torch.rad2deg(torch.asin((off / off.norm(dim=-1, keepdim=True)) @ frame.up))
+    assert float(el.min()) < -60 and float(el.max()) > 60
