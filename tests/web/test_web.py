@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -131,3 +132,31 @@ def test_server_ranges_paths_and_throttle():
         for bad in ("/../setup.py", "/viewer/../../setup.py", "/tests/web/test_web.py", "/%2e%2e/setup.py"):
             with pytest.raises(urllib.error.HTTPError, match="404"):
                 get(bad)
+
+
+def test_as_format4_recodes_format3_and_refuses_older(fixtures):
+    from visionmoe.splat import bitstream as bs
+    from visionmoe.splat import decompress
+    from visionmoe.splat.coders import CODER_LZMA, CODER_RANS, CODER_RAW, CODER_ZSTD
+    from visionmoe.splat.view import ViewerError, as_format4
+
+    data = (fixtures / "fruit_drops_minimal_20x.pgms").read_bytes()
+    assert as_format4(data) == data
+    # the same symbols as a 3.0 file (format 3's coders): recoded, they decode as before
+    out = [bs.MAGIC + struct.pack("<HH", 3, 0)]
+    for sec in bs.iter_sections(data):
+        payload, parts, pos = sec.payload, [], 0
+        while sec.tag not in ("HEAD", "SHQP", "END0") and pos < len(payload):
+            kind, *_rest, size = bs.STREAM_HEAD.unpack_from(payload, pos)
+            chunk = payload[pos: pos + bs.STREAM_HEAD.size + size]
+            parts.append(bs.encode_ints(bs.StreamReader(chunk, "x").ints("s"), coders=(CODER_RAW, CODER_ZSTD, CODER_LZMA, CODER_RANS))
+                         if kind == bs.KIND_INT else chunk)
+            pos += len(chunk)
+        out.append(bs.pack_section(sec.tag, b"".join(parts) if parts else payload, sec.level))
+    v3 = b"".join(out)
+    a, b = decompress(v3), decompress(as_format4(v3))
+    assert bs.read_preamble(as_format4(v3))[0] == 4
+    for k in ("means", "quats", "log_scales", "opacity_logits", "sh_dc", "sh_rest"):
+        np.testing.assert_allclose(getattr(a, k).numpy(), getattr(b, k).numpy(), atol=1e-5, err_msg=k)
+    with pytest.raises(ViewerError, match="format 2.x"):
+        as_format4((ROOT / "tests" / "splat" / "data" / "format2.pgms").read_bytes())

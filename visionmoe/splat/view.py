@@ -15,6 +15,7 @@ import logging
 import mimetypes
 import os
 import shutil
+import struct
 import subprocess
 import tempfile
 import threading
@@ -26,7 +27,7 @@ from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["WEB_ROOT", "ViewerError", "ViewerServer", "serve", "level_offsets", "default_camera", "screenshot"]
+__all__ = ["WEB_ROOT", "ViewerError", "ViewerServer", "serve", "as_format4", "level_offsets", "default_camera", "screenshot"]
 
 WEB_ROOT = Path(__file__).resolve().parents[2] / "web"
 SCENE_PATH = "/scene.pgms"
@@ -177,6 +178,32 @@ def serve(pgms: bytes | str | os.PathLike, *, port: int = 0, web_root: Path = WE
     httpd = ThreadingHTTPServer(("127.0.0.1", port), _handler(cfg))
     httpd.daemon_threads = True
     return ViewerServer(httpd, cfg)
+
+
+def as_format4(data: bytes) -> bytes:
+    """A .pgms the browser decoder reads: 4.x as it is; 3.x recoded stream by stream with the 4.0
+    coders (the same symbols; only the prototype rows decode by 4.0's exact rule, a float32 ulp or
+    so apart); 1.x-2.x (other level semantics) raise :class:`ViewerError`."""
+    from . import bitstream as bs
+
+    major, _ = bs.read_preamble(data)
+    if major >= 4:
+        return bytes(data)
+    if major < 3:
+        raise ViewerError(f"format {major}.x files cannot be shown in the browser: decompress and compress them again")
+    out = [bs.MAGIC + struct.pack("<HH", *bs.VERSION)]
+    for sec in bs.iter_sections(data):
+        if sec.tag in ("HEAD", "SHQP", "END0"):
+            out.append(bs.pack_section(sec.tag, sec.payload, sec.level))
+            continue
+        parts, pos, p = [], 0, sec.payload
+        while pos < len(p):
+            kind, _coder, _width, _pad, _n, _alphabet, size = bs.STREAM_HEAD.unpack_from(p, pos)
+            chunk = p[pos: pos + bs.STREAM_HEAD.size + size]
+            parts.append(bs.encode_ints(bs.StreamReader(chunk, sec.tag).ints("stream")) if kind == bs.KIND_INT else chunk)
+            pos += len(chunk)
+        out.append(bs.pack_section(sec.tag, b"".join(parts), sec.level))
+    return b"".join(out)
 
 
 def level_offsets(data: bytes) -> list[int]:
