@@ -151,3 +151,28 @@ def test_bad_device_is_one_error_line_and_writes_nothing(pgms_file, tmp_path, ca
     assert main(args) == 2
     assert match in one_error_line(capsys, command)
     assert not out.exists()
+
+
+def test_compress_verbose_logs_each_stage_with_its_time(pgms_file, tmp_path, capsys):
+    """``--verbose`` shows the encoder's stage lines (result and seconds) on stderr; the file is
+    the one a quiet run writes, with the user's umask permissions."""
+    import logging
+    import os
+    import stat
+
+    scene, quiet = pgms_file
+    out = tmp_path / "v.pgms"
+    try:
+        assert main(["compress", str(scene), "-o", str(out), "--ratio", "25", *FAST, "--verbose"]) == 0
+    finally:
+        logging.getLogger("visionmoe.splat").setLevel(logging.NOTSET)
+        for h in list(logging.getLogger("visionmoe.splat").handlers):
+            if getattr(h, "_visionmoe_cli", False):
+                logging.getLogger("visionmoe.splat").removeHandler(h)
+    err = capsys.readouterr().err
+    for stage in ("contributions", "pyramid", "allocate"):
+        assert f"stage {stage}: " in err and " s" in err, err
+    assert out.read_bytes() == quiet.read_bytes()
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o666 & ~umask

@@ -326,8 +326,9 @@ def atomic_write(path: str | os.PathLike, write: Callable) -> Path:
     folder is created if missing; on any error the temporary file is removed and ``path`` is
     left as it was. Every file the library and the command line write goes through here."""
     path = Path(path)
-    if path.exists() and not path.is_file():
-        raise SceneError(f"{path}: exists and is not a regular file; refusing to replace it")
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        raise SceneError(f"{path}: exists and is not a regular file (a symbolic link, folder, FIFO or device); "
+                         "refusing to replace it")
     path.parent.mkdir(parents=True, exist_ok=True)
     while True:
         tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
