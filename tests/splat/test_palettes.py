@@ -54,7 +54,7 @@ def test_palette_file_is_deterministic_and_progressive(grid_pgms):
     src, res = grid_pgms
     again = compress(src, ratio=2, contributions=torch.full((src.num_gaussians,), 5.0), preset=(TOP, 0))
     assert again.data == res.data
-    assert bs.read_preamble(res.data) == bs.VERSION == (3, 0)
+    assert bs.read_preamble(res.data) == bs.VERSION == (4, 0)
     secs = [sec for sec in bs.iter_sections(res.data) if sec.tag == "LEVL"]
     end0 = secs[0].offset + 16 + len(secs[0].payload)
     coarse = decompress(res.data[:end0], level=0)
@@ -120,5 +120,5 @@ def test_older_format_files_still_decode():
     v1 = decompress(data[:8] + bytes([1, 0, 0, 0]) + data[12:])
     for k in ("means", "quats", "log_scales", "opacity_logits"):
         np.testing.assert_array_equal(getattr(v1, k).numpy(), want[k], err_msg=k)
-    with pytest.raises(SceneError, match="version 4.0"):
-        decompress(data[:8] + bytes([4, 0, 0, 0]) + data[12:])
+    with pytest.raises(SceneError, match="version 5.0"):
+        decompress(data[:8] + bytes([5, 0, 0, 0]) + data[12:])

@@ -29,7 +29,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .coders import (_SLOW_CODER_LIMIT, ALL_CODERS, CODER_LZMA, CODER_NAMES, CODER_RANS, CODER_RAW, CODER_ZSTD, PROBE_CODERS,
+from .coders import (_SLOW_CODER_LIMIT, ALL_CODERS, CODER_LZMA, CODER_NAMES, CODER_RANS, CODER_RANS4, CODER_RAW, CODER_ZSTD,
+                     PROBE_CODERS, rans4_decode, rans4_encode,
                      FormatError, byte_width, lzma_compress, planes, rans_encode, unplanes, unzigzag, zigzag,
                      zstd_compress, zstd_decompress, lzma_decompress, rans_decode)
 # (Quantizer, ShGrid, Palettes, detect_palettes, identity_frames, decorrelate_dc... are re-exported:
@@ -39,9 +40,9 @@ from .quantize import (MAX_PALETTE, PALETTE_CHANNELS, PALETTE_NONE, PALETTE_PRED
                        detect_palettes, identity_frames)  # noqa: F401
 
 MAGIC = b"\x89PGMS\r\n\x1a"
-VERSION = (3, 0)
+VERSION = (4, 0)
 # 1.x (no PALT section) and 2.x (absolute fine-tier shapes, world-axis offsets) decode unchanged
-READABLE_MAJORS = (1, 2, 3)
+READABLE_MAJORS = (1, 2, 3, 4)
 SECTION_HEADER = struct.Struct("<4sBBHI")  # tag, level, reserved, reserved, length
 STREAM_HEAD = struct.Struct("<BBBBIQI")  # kind, coder, width, pad, n, alphabet, coded size
 GLOBAL_LEVEL = 0xFF
@@ -147,6 +148,8 @@ def encode_ints(values: np.ndarray, *, coders: tuple[int, ...] = ALL_CODERS) -> 
             candidates[CODER_LZMA] = lzma_compress(raw)
         if CODER_RANS in coders and alphabet <= MAX_ALPHABET:
             candidates[CODER_RANS] = rans_encode(u, alphabet)
+        if CODER_RANS4 in coders and alphabet <= MAX_ALPHABET:
+            candidates[CODER_RANS4] = rans4_encode(u, alphabet)
     coder = min(candidates, key=lambda c: (len(candidates[c]), c))
     body = candidates[coder]
     return STREAM_HEAD.pack(KIND_INT, coder, width, 0, v.size, alphabet, len(body)) + body
@@ -242,7 +245,7 @@ class StreamReader:
         else:
             if alphabet > MAX_ALPHABET:
                 raise FormatError(f"{self.where}: rANS stream {name!r} alphabet {alphabet} exceeds {MAX_ALPHABET}")
-            u = rans_decode(body, n, alphabet)
+            u = (rans4_decode if coder == CODER_RANS4 else rans_decode)(body, n, alphabet)
         if n and int(u.max()) >= alphabet:
             raise FormatError(f"{self.where}: stream {name!r} holds a symbol outside its declared alphabet")
         v = unzigzag(u)
@@ -538,7 +541,7 @@ def read_container(data: bytes | memoryview, max_level: int | None = None):
 
 
 
-def read_tables(header: Header, books: dict) -> tuple[Tables, ShapeTable]:
+def read_tables(header: Header, books: dict, major: int = VERSION[0]) -> tuple[Tables, ShapeTable]:
     """The global sections' tables: -> (shape/SH codebooks and palettes, the decoded shape table)."""
     if "CBSR" not in books:
         raise FormatError("corrupt .pgms: missing the scale-rotation codebook section CBSR")
@@ -561,7 +564,7 @@ def read_tables(header: Header, books: dict) -> tuple[Tables, ShapeTable]:
         if r1 or r2 or not 1 <= d <= header.sh_degree:
             raise FormatError(f"SHQP: degree {d} invalid for SH degree {header.sh_degree} (or reserved bytes set)")
         sh_cb = ShGrid(d, step)
-    return Tables(shape_cb, sh_cb, None, pal), ShapeTable.from_codebook(shape_cb)
+    return Tables(shape_cb, sh_cb, None, pal), ShapeTable.from_codebook(shape_cb, portable=major >= 4)
 
 
 def decode_tree(data: bytes | memoryview, level: int | None = None):
@@ -570,7 +573,7 @@ def decode_tree(data: bytes | memoryview, level: int | None = None):
     ``level``: stop after that pyramid level (progressive decoding); None decodes all."""
     header, books, payloads = read_container(data, level)
     major, _minor = read_preamble(data)
-    tables, shape_table = read_tables(header, books)
+    tables, shape_table = read_tables(header, books, major)
     k_rest = (header.sh_degree + 1) ** 2 - 1
     fine_level = header.num_levels - 1
     n = header.level0

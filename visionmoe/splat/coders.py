@@ -13,12 +13,15 @@ import numpy as np
 
 from .io import SceneError
 
-CODER_RAW, CODER_ZSTD, CODER_LZMA, CODER_RANS = 0, 1, 2, 3
-CODER_NAMES = {CODER_RAW: "raw", CODER_ZSTD: "zstd", CODER_LZMA: "lzma", CODER_RANS: "rans"}
-ALL_CODERS = (CODER_RAW, CODER_ZSTD, CODER_LZMA, CODER_RANS)
+CODER_RAW, CODER_ZSTD, CODER_LZMA, CODER_RANS, CODER_RANS4 = 0, 1, 2, 3, 4
+CODER_NAMES = {CODER_RAW: "raw", CODER_ZSTD: "zstd", CODER_LZMA: "lzma", CODER_RANS: "rans", CODER_RANS4: "rans4"}
+# Format 4 writes raw, zstd and the portable interleaved rANS (``rans.py``); LZMA and
+# constriction's rANS (coders 2 and 3) are read in format 1-3 files only.
+ALL_CODERS = (CODER_RAW, CODER_ZSTD, CODER_RANS4)
+LEGACY_CODERS = (CODER_LZMA, CODER_RANS)
 # The allocator's rate probe: raw and rANS only (4-20x cheaper than trying every coder); a full
 # encode picks the smallest of a superset, so a probe's size bounds the full encode's from above.
-PROBE_CODERS = (CODER_RAW, CODER_RANS)
+PROBE_CODERS = (CODER_RAW, CODER_RANS4)
 _ZSTD_LEVEL = 19
 _SLOW_CODER_LIMIT = 1 << 18  # bytes; larger streams use zstd level 9 and skip lzma
 
@@ -95,7 +98,24 @@ def lzma_decompress(b: bytes, size: int) -> bytes:
     return out
 
 
+def rans4_encode(u: np.ndarray, alphabet: int) -> bytes:
+    """Coder 4 (format 4): the portable interleaved rANS of :mod:`.rans`."""
+    from . import rans
+
+    return rans.encode(u, alphabet)
+
+
+def rans4_decode(b: bytes, n: int, alphabet: int) -> np.ndarray:
+    from . import rans
+
+    try:
+        return rans.decode(b, n, alphabet)
+    except rans.RansError as exc:
+        raise FormatError(f"corrupt rANS stream ({exc})") from None
+
+
 def rans_encode(u: np.ndarray, alphabet: int) -> bytes:
+    """Coder 3 (formats 1-3): constriction's rANS under its float-probability model."""
     import constriction
 
     # the model needs two symbols at least (a one-symbol alphabet gets a zero-count second one)

@@ -200,11 +200,35 @@ class ShapeTable:
     quats: np.ndarray  # [K, 4]
 
     @classmethod
-    def from_codebook(cls, codebook: np.ndarray) -> ShapeTable:
+    def from_codebook(cls, codebook: np.ndarray, portable: bool = True) -> ShapeTable:
+        """Decode CBSR rows. ``portable`` (format 4, what the writer writes): the exact float64
+        rule of docs/FORMAT.md, which any language reproduces bit for bit; else (formats 1-3)
+        PyTorch float32, whose rounding depends on the CPU's fused multiply-adds."""
+        if portable:
+            return cls(*decode_shape_rows(codebook))
         from .prototypes import shape_from_features
 
         ls, q = shape_from_features(torch.from_numpy(codebook).float())
         return cls(ls.numpy(), q.numpy())
+
+
+def decode_shape_rows(codebook: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """CBSR rows [K, 9] (log-scales, first two rotation columns) -> (log-scales [K, 3], unit wxyz
+    quats [K, 4], w >= 0), float32, by format 4's rule: elementwise float64 in a fixed order."""
+    f = np.asarray(codebook, np.float32).astype(np.float64).reshape(-1, 9)
+    a, b = f[:, 3:6], f[:, 6:9]
+
+    def unit3(v):
+        n = np.sqrt((v[:, 0] * v[:, 0] + v[:, 1] * v[:, 1]) + v[:, 2] * v[:, 2])
+        return v / np.maximum(n, 1e-12)[:, None]
+
+    c1 = unit3(a)
+    d = (b[:, 0] * c1[:, 0] + b[:, 1] * c1[:, 1]) + b[:, 2] * c1[:, 2]
+    c2 = unit3((b - d[:, None] * c1) + 1e-9 * np.roll(c1, 1, axis=1))
+    c3 = np.stack([c1[:, 1] * c2[:, 2] - c1[:, 2] * c2[:, 1], c1[:, 2] * c2[:, 0] - c1[:, 0] * c2[:, 2],
+                   c1[:, 0] * c2[:, 1] - c1[:, 1] * c2[:, 0]], 1)
+    quats = _frames.rotmat_to_quat(np.stack([c1, c2, c3], 2)).astype(np.float32)
+    return np.ascontiguousarray(f[:, :3], np.float32), quats
 
 
 @dataclass

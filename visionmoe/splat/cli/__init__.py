@@ -15,11 +15,12 @@ import sys
 from ._common import EXIT_USAGE, CLIError
 from .pgms import PGMS_SUBCOMMANDS
 from .render import add_render_parser
+from .view import add_view_parser
 
 __all__ = ["main", "build_parser", "CLIError", "SUBCOMMANDS", "EXIT_USAGE"]
 
 # Subcommand registrars, in the order `--help` lists them.
-SUBCOMMANDS = [add_render_parser, *PGMS_SUBCOMMANDS]
+SUBCOMMANDS = [add_render_parser, *PGMS_SUBCOMMANDS, add_view_parser]
 
 
 def build_parser() -> argparse.ArgumentParser:

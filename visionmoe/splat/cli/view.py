@@ -27,13 +27,17 @@ def add_view_parser(subparsers) -> None:
 
 def cmd_view(args) -> int:
     from ..bitstream import FormatError, read_container
-    from ..view import ViewerError, screenshot, serve
+    from ..view import ViewerError, as_format4, screenshot, serve
 
     inp = Path(args.input)
     if not inp.is_file():
         raise CLIError(f"input file {inp} does not exist")
     data = inp.read_bytes()
     header = read_container(data)[0]  # a bad file fails here, with the decoder's message
+    try:
+        data = as_format4(data)  # format 3 files: recoded in memory for the browser decoder
+    except ViewerError as exc:
+        raise CLIError(str(exc)) from None
     if args.level is not None and args.level >= header.num_levels:
         raise CLIError(f"--level {args.level}: {inp} has levels 0-{header.num_levels - 1}")
     try:
