@@ -68,7 +68,6 @@ def test_large_valid_decode_is_a_small_multiple_of_the_scene(files, tmp_path):
     assert r["outcome"] == "ok" and r["message"] == "200000", r
 
 
-@pytest.mark.xfail(strict=True, reason="issue 31 item 1: child counts expanded before they are checked")
 def test_child_count_bomb(files, tmp_path):
     p = tmp_path / "children.pgms"
     p.write_bytes(h.child_count_bomb())
@@ -76,7 +75,6 @@ def test_child_count_bomb(files, tmp_path):
     assert r["outcome"] == "FormatError", r
 
 
-@pytest.mark.xfail(strict=True, reason="issue 31 item 2: buffers sized by HEAD before the first stream's count")
 def test_lying_header_bomb(files, tmp_path):
     p = tmp_path / "head.pgms"
     p.write_bytes(h.lying_header_bomb())
@@ -112,7 +110,6 @@ def _two_level_sections():
     return version, secs
 
 
-@pytest.mark.xfail(strict=True, reason="issue 31: global sections with a level byte other than 255 are accepted")
 @pytest.mark.parametrize("tag", ["HEAD", "CBSR", "END0"])
 def test_global_section_level_must_be_255(tag):
     version, secs = _two_level_sections()
@@ -149,7 +146,6 @@ def _lzma_zeros(n: int, tail: bytes = b"") -> h.Stream:
     return s
 
 
-@pytest.mark.xfail(strict=True, reason="issue 31: bytes after a zstd/LZMA stream are accepted")
 @pytest.mark.parametrize("coder", ["zstd", "lzma"])
 @pytest.mark.parametrize("tail", [b"\x00", b"junk" * 4])
 def test_bytes_after_a_compressed_stream(coder, tail):
@@ -159,7 +155,6 @@ def test_bytes_after_a_compressed_stream(coder, tail):
         decompress(h.pack(secs, version))
 
 
-@pytest.mark.xfail(strict=True, reason="issue 31: a HEAD node total larger than the real one is accepted")
 def test_head_total_larger_than_real():
     version, secs = _two_level_sections()
     secs[0].payload = h.head(num_levels=2, level0=4, total=13, source=8)  # real: 4 + 8 = 12
@@ -180,7 +175,6 @@ def _splat_cli(*args, timeout=120):
                           timeout=timeout, env=env, cwd=h.REPO)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 31: info prints the decoder's version, not the file's")
 def test_info_prints_the_files_version(files, tmp_path):
     p = tmp_path / "v2.pgms"
     data = bytearray(files["two_level"].read_bytes())

@@ -116,6 +116,9 @@ def iter_sections(data: bytes | memoryview, start: int = 12):
         payload = bytes(data[pos + 16: pos + 16 + length])
         if zlib.crc32(payload, zlib.crc32(bytes(data[pos: pos + 12]))) != crc:
             raise FormatError(f"corrupt .pgms: checksum mismatch in section {tag} (level {level}) at byte {pos}")
+        if (tag == "LEVL") == (level == GLOBAL_LEVEL):
+            raise FormatError(f"corrupt .pgms: section {tag} at byte {pos} has level byte {level}"
+                              + (", expected 0-254" if tag == "LEVL" else f", expected {GLOBAL_LEVEL} (a global section)"))
         yield Section(tag, level, payload, pos)
         pos += 16 + length
         if tag == "END0":
@@ -231,7 +234,7 @@ class StreamReader:
             raise FormatError(f"{self.where}: stream {name!r} is not an integer stream")
         if n_expected is not None and n != n_expected:
             raise FormatError(f"{self.where}: stream {name!r} holds {n} values, expected {n_expected}")
-        if alphabet > (1 << (8 * width)) or (n and alphabet == 0):
+        if alphabet > (1 << (8 * width)) or (n and alphabet == 0) or (n and width != byte_width(alphabet - 1)):
             raise FormatError(f"{self.where}: stream {name!r} alphabet {alphabet} does not fit width {width}")
         size = n * width
         if coder == CODER_RAW:
@@ -565,34 +568,3 @@ def read_tables(header: Header, books: dict, major: int = VERSION[0]) -> tuple[T
             raise FormatError(f"SHQP: degree {d} invalid for SH degree {header.sh_degree} (or reserved bytes set)")
         sh_cb = ShGrid(d, step)
     return Tables(shape_cb, sh_cb, None, pal), ShapeTable.from_codebook(shape_cb, portable=major >= 4)
-
-
-def decode_tree(data: bytes | memoryview, level: int | None = None):
-    """Decode .pgms bytes -> (list of per-level decoded scenes, per-level terminal masks, header).
-
-    ``level``: stop after that pyramid level (progressive decoding); None decodes all."""
-    header, books, payloads = read_container(data, level)
-    major, _minor = read_preamble(data)
-    tables, shape_table = read_tables(header, books, major)
-    k_rest = (header.sh_degree + 1) ** 2 - 1
-    fine_level = header.num_levels - 1
-    n = header.level0
-    parents = Parents.root(header.origin, n)
-    decoded_levels, terminal, seen = [], [], 0
-    stop = len(payloads) - 1 if level is None else min(level, len(payloads) - 1)
-    for lv in range(stop + 1):
-        seen += n
-        if seen > header.total_nodes:
-            raise FormatError(f"corrupt .pgms: level {lv} exceeds the {header.total_nodes} nodes HEAD declares")
-        where = f"level {lv}"
-        fine = lv == fine_level
-        sym = read_level(StreamReader(payloads[lv], where), n, fine, header, tables)
-        dec = dequantize_level(sym, parents, fine, header.quant, tables, shape_table, k_rest, major, where)
-        cc = sym["child_count"]
-        decoded_levels.append(dec.to_scene())
-        terminal.append(cc == 0)
-        if fine and int(cc.sum()):
-            raise FormatError(f"{where}: the finest level declares children")
-        parents = Parents.of(dec, np.repeat(np.arange(n), cc))  # the encoder's closed loop sees float32 parents
-        n = int(cc.sum())
-    return decoded_levels, terminal, header

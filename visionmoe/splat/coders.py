@@ -62,9 +62,44 @@ def zstd_compress(b: bytes) -> bytes:
     return zstandard.ZstdCompressor(level=level, write_checksum=False, write_content_size=False).compress(b)
 
 
+# A zstd block expands to at most 128 KiB and costs at least 4 bytes (an RLE block), so a frame
+# of B bytes decodes to at most 32768 B bytes: a stream that claims more is refused before
+# zstandard allocates its output buffer.
+_ZSTD_MAX_EXPANSION = 1 << 15
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
+def _zstd_frame_length(b: bytes) -> int:
+    """Bytes of the one zstd frame at the start of ``b`` (walks the block headers; nothing decoded)."""
+    import zstandard
+
+    if b[:4] != _ZSTD_MAGIC:
+        raise FormatError("corrupt zstd stream (no zstd frame magic)")
+    try:
+        pos = zstandard.frame_header_size(b)
+    except zstandard.ZstdError as exc:
+        raise FormatError(f"corrupt zstd stream ({exc})") from None
+    checksum = bool(b[4] & 0x04)
+    while True:
+        if pos + 3 > len(b):
+            raise FormatError("corrupt zstd stream (truncated block header)")
+        h = b[pos] | b[pos + 1] << 8 | b[pos + 2] << 16
+        last, btype, bsize = h & 1, (h >> 1) & 3, h >> 3
+        if btype == 3:
+            raise FormatError("corrupt zstd stream (reserved block type)")
+        pos += 3 + (1 if btype == 1 else bsize)
+        if last:
+            return pos + (4 if checksum else 0)
+
+
 def zstd_decompress(b: bytes, size: int) -> bytes:
     import zstandard
 
+    if size > _ZSTD_MAX_EXPANSION * len(b) + 64:
+        raise FormatError(f"zstd stream of {len(b)} bytes cannot hold the {size} bytes it claims")
+    end = _zstd_frame_length(b) if size else len(b)
+    if end != len(b):
+        raise FormatError(f"zstd stream of {len(b)} bytes: {len(b) - end} bytes follow its frame")
     try:
         # The encoder writes no content size; a frame header that declares one other than the
         # stream's is corrupt, and zstandard would allocate what it declares (a flipped header
@@ -95,6 +130,8 @@ def lzma_decompress(b: bytes, size: int) -> bytes:
         raise FormatError(f"corrupt lzma stream ({exc})") from None
     if len(out) != size or not d.eof:
         raise FormatError(f"lzma stream decoded to {len(out)} bytes (complete: {d.eof}), expected {size}")
+    if d.unused_data:
+        raise FormatError(f"lzma stream: {len(d.unused_data)} bytes follow its end")
     return out
 
 
