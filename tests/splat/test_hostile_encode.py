@@ -51,17 +51,13 @@ def _one_far(value):
 
 # (name, scene factory, expected: "ok" or a regex the one error line must match)
 CASES = [
-    pytest.param("outlier_scale", lambda: _scene(log_scales=_one_outlier_scale), "ok",
-                 marks=pytest.mark.xfail(strict=True, reason="issue 31 item 3: one log-scale of -100 loops forever")),
+    pytest.param("outlier_scale", lambda: _scene(log_scales=_one_outlier_scale), "ok"),
     pytest.param("all_tiny", lambda: _scene(log_scales=lambda s: torch.full_like(s.log_scales, -30.0)), "ok"),
     pytest.param("all_huge", lambda: _scene(log_scales=lambda s: torch.full_like(s.log_scales, 80.0)),
-                 "log-scale", marks=pytest.mark.xfail(strict=True, reason="issue 31 item 4: linalg.eigh traceback")),
-    pytest.param("far_3e38", lambda: _scene(means=_one_far(3e38)), "position",
-                 marks=pytest.mark.xfail(strict=True, reason="issue 31 item 5: struct.error traceback")),
-    pytest.param("far_1e15", lambda: _scene(means=_one_far(1e15)), "position",
-                 marks=pytest.mark.xfail(strict=True, reason="issue 31 item 5: quantiser min_step message")),
-    pytest.param("one_gaussian", lambda: _scene(n=1), "ok",
-                 marks=pytest.mark.xfail(strict=True, reason="issue 31: look_at up vector parallel")),
+                 "ok"),
+    pytest.param("far_3e38", lambda: _scene(means=_one_far(3e38)), "position"),
+    pytest.param("far_1e15", lambda: _scene(means=_one_far(1e15)), "position"),
+    pytest.param("one_gaussian", lambda: _scene(n=1), "ok"),
     pytest.param("one_position", lambda: _scene(n=50, means=lambda s: torch.ones_like(s.means),
                                                 log_scales=lambda s: torch.full_like(s.log_scales, -3.0)), "ok"),
     pytest.param("transparent", lambda: _scene(opacity_logits=lambda s: torch.full_like(s.opacity_logits, -20.0)),
@@ -88,3 +84,16 @@ def test_degenerate_scene(tmp_path, name, make, expected):
         assert __import__("re").search(expected, lines[0]), lines[0]
         assert not out.exists()
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_library_rules_for_degenerate_input():
+    """The same rules through the Python API: far positions refused (SceneError), out-of-range
+    log-scales clamped and counted in the result."""
+    from visionmoe.splat import SceneError, compress
+
+    contrib = torch.ones(200)
+    with pytest.raises(SceneError, match="beyond 1e\\+07"):
+        compress(_scene(n=200, means=_one_far(2e7)), contributions=contrib, preset=(3, 3))
+    res = compress(_scene(n=200, log_scales=_one_outlier_scale), ratio=4, contributions=contrib, preset=(3, 3))
+    assert res.clamped_log_scales == 1
+    assert decompress(res.data).log_scales.min() >= -31

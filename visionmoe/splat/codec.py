@@ -23,6 +23,7 @@ from .allocator import Preset
 from .decode import decompress
 from .encoder import prune, refine, rungs
 from .encoder.cut import Encoding
+from .encoder.guards import guard_input
 from .encoder.options import EncodeOptions
 from .encoder.psnr import search_psnr
 from .encoder.stages import Progress, ProgressFn, StageTimes
@@ -60,6 +61,7 @@ class CompressResult:
     proxy_psnr: float  # PSNR predicted by the allocator's contribution-weighted distortion
     timings: dict[str, float] = field(default_factory=dict)
     stream_stats: list = field(default_factory=list)
+    clamped_log_scales: int = 0  # Gaussians whose log-scales were clamped into [-30, 30] (encoder.guards)
 
     @property
     def target_met(self) -> bool:
@@ -152,7 +154,10 @@ def compress(
                          verify_candidates=verify_candidates, prune_search=prune_search, seed=seed)
     prog = Progress(progress)
     try:
-        return _encode(_load(scene_or_path), opts, prog)
+        guarded = guard_input(_load(scene_or_path))
+        result = _encode(guarded.scene, opts, prog)
+        result.clamped_log_scales = guarded.clamped_log_scales
+        return result
     finally:
         prog.close()
 
@@ -315,11 +320,11 @@ def _num_pixels(cameras) -> int:
 def info(path_or_bytes) -> dict:
     """Header fields and section sizes of a .pgms, without decoding the levels."""
     data = Path(path_or_bytes).read_bytes() if isinstance(path_or_bytes, (str, os.PathLike)) else bytes(path_or_bytes)
-    bs.read_preamble(data)
+    major, minor = bs.read_preamble(data)
     sections = [(s.tag, s.level, len(s.payload)) for s in bs.iter_sections(data)]
     header = bs.parse_header(next(s for s in bs.iter_sections(data)).payload, len(data))
     return {
-        "bytes": len(data), "version": ".".join(map(str, bs.VERSION)), "levels": header.num_levels,
+        "bytes": len(data), "version": f"{major}.{minor}", "levels": header.num_levels,
         "sh_degree": header.sh_degree, "nodes": header.total_nodes, "source_gaussians": header.source_gaussians,
         "reference_bytes": header.reference_bytes,
         "ratio": round(header.reference_bytes / len(data), 3) if header.reference_bytes else None,

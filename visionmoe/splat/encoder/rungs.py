@@ -6,6 +6,7 @@ winner's cut tuned on full encodes."""
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -96,7 +97,9 @@ class RungSearch:
             k = rung.plan.best_within(self.target - rung.fixed_bytes)
             fits = rung.plan.rate[k] + rung.fixed_bytes <= self.target
             d = float(rung.plan.distortion[k])
-            key = (0, d) if fits else (1, float(rung.plan.rate[k] + rung.fixed_bytes))
+            rate = float(rung.plan.rate[k] + rung.fixed_bytes)
+            # a NaN estimate ranks last (NaN compares false both ways: the climb never stopped on it)
+            key = (0, d) if fits and math.isfinite(d) else (1, rate) if math.isfinite(rate) else (2, 0.0)
             self.cache[pi] = RungEval(key, k, rung)
             logger.debug("preset %s: k=%d of %d splits, rate~%.0f distortion %.4g fits=%s", pi, k,
                          len(rung.plan.order_level), rung.plan.rate[k] + rung.fixed_bytes, d, fits)
@@ -108,8 +111,9 @@ class RungSearch:
         practice) or from a known good pair (a pruned variant of an allocated scene)."""
         best = tuple(start) if start is not None else (len(GEOMETRY_LADDER) // 2, self.n_app // 2)
         improved, tried_jumps = True, False
-        while improved:
-            improved = False
+        rounds = len(GEOMETRY_LADDER) * self.n_app  # each round moves to a strictly better rung: a bound
+        while improved and rounds > 0:
+            improved, rounds = False, rounds - 1
             for axis, size in ((0, len(GEOMETRY_LADDER)), (1, self.n_app)):
                 for step in (-1, 1):
                     while True:
