@@ -66,16 +66,13 @@ def work(tmp_path_factory):
 # --------------------------------------------------------------------------- conventions
 
 COMMANDS = ["compress", "decompress", "render", "info"]
-XF29 = pytest.mark.xfail(strict=True, reason="issue 29: splat CLI conventions")
 
 
-@XF29
 def test_version():
     r = splat_cli("--version")
     assert r.returncode == 0 and re.match(r"visionmoe-splat \d+\.\d+", r.stdout.strip()), (r.stdout, r.stderr)
 
 
-@XF29
 @pytest.mark.parametrize("command", COMMANDS)
 def test_every_command_has_quiet_and_verbose(command):
     r = splat_cli(command, "--help")
@@ -84,7 +81,6 @@ def test_every_command_has_quiet_and_verbose(command):
         assert flag in r.stdout, f"{command} --help lacks {flag}"
 
 
-@XF29
 @pytest.mark.parametrize("command", ["compress", "decompress", "render"])
 def test_writing_commands_have_out_and_overwrite(command):
     r = splat_cli(command, "--help")
@@ -92,7 +88,6 @@ def test_writing_commands_have_out_and_overwrite(command):
         assert flag in r.stdout, f"{command} --help lacks {flag}"
 
 
-@XF29
 def test_existing_output_is_refused_without_overwrite(work, tmp_path):
     out = tmp_path / "a.ply"
     out.write_bytes(b"keep me")
@@ -103,7 +98,6 @@ def test_existing_output_is_refused_without_overwrite(work, tmp_path):
     assert out.read_bytes().startswith(b"ply")
 
 
-@XF29
 def test_several_inputs_per_call(work, tmp_path):
     out = tmp_path / "decoded"
     r = splat_cli("decompress", work / "a.pgms", work / "b.pgms", "-o", out, "-q")
@@ -124,7 +118,6 @@ def test_outputs_follow_the_umask(work, tmp_path, umask, mode):
     assert stat.S_IMODE(out.stat().st_mode) == mode
 
 
-@pytest.mark.xfail(strict=True, reason="issue 31: the NaN error names nonfinite='drop', not --drop-nonfinite")
 def test_nan_error_names_the_flag(tmp_path):
     s = random_scene(30, 0, seed=4)
     s.means[3, 1] = float("nan")
@@ -135,10 +128,6 @@ def test_nan_error_names_the_flag(tmp_path):
 
 # --------------------------------------------------------------------------- output safety
 
-XF31 = pytest.mark.xfail(strict=True, reason="issue 31 item 6: the rename replaces special files")
-
-
-@XF31
 def test_fifo_is_not_replaced(work, tmp_path):
     out = tmp_path / "fifo.ply"
     os.mkfifo(out)
@@ -146,7 +135,6 @@ def test_fifo_is_not_replaced(work, tmp_path):
     assert stat.S_ISFIFO(out.lstat().st_mode)
 
 
-@XF31
 def test_symlink_is_not_replaced(work, tmp_path):
     target = tmp_path / "target.ply"
     target.write_bytes(b"target")
@@ -156,7 +144,6 @@ def test_symlink_is_not_replaced(work, tmp_path):
     assert link.is_symlink() and target.read_bytes() == b"target"
 
 
-@XF31
 @pytest.mark.skipif(os.geteuid() != 0, reason="making a device node needs root")
 def test_device_is_not_replaced(work, tmp_path):
     """A copy of /dev/null (char 1:3) made here: as root the old writer replaced any device."""
@@ -166,7 +153,6 @@ def test_device_is_not_replaced(work, tmp_path):
     assert stat.S_ISCHR(dev.lstat().st_mode)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 31 item 7: SIGTERM leaves the temporary file")
 def test_sigterm_during_ply_write_leaves_no_temp_file(work, tmp_path):
     out_dir = tmp_path / "out"
     out_dir.mkdir()
@@ -187,7 +173,6 @@ def test_sigterm_during_ply_write_leaves_no_temp_file(work, tmp_path):
     assert "Traceback" not in err and proc.returncode != 0, err
 
 
-@pytest.mark.xfail(strict=True, reason="issue 31 item 7: Ctrl-C while torch imports prints a traceback")
 @pytest.mark.parametrize("delay", [0.3, 0.8, 1.5])
 def test_ctrl_c_during_startup_is_clean(work, delay):
     env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
@@ -199,7 +184,6 @@ def test_ctrl_c_during_startup_is_clean(work, delay):
     assert proc.returncode in (0, 130) and "Traceback" not in err, (proc.returncode, err[-2000:])
 
 
-@pytest.mark.xfail(strict=True, reason="issue 31: an unwritable output location fails only after the encode")
 def test_unwritable_output_is_reported_before_the_encode(tmp_path):
     """50k Gaussians encode for minutes; the error must come at once (before any encode)."""
     write_ply(random_scene(50_000, 1, seed=9), tmp_path / "big.ply")
@@ -210,3 +194,28 @@ def test_unwritable_output_is_reported_before_the_encode(tmp_path):
     t = time.monotonic()
     one_error_line(splat_cli("compress", tmp_path / "big.ply", "-o", where / "big.pgms", timeout=60), "writ|permission")
     assert time.monotonic() - t < 60
+
+
+# --------------------------------------------------------------------------- formats in and out
+
+
+@pytest.mark.parametrize("name", ["a.splat", "a.compressed.ply"])
+def test_decompress_writes_the_format_its_name_asks_for(work, tmp_path, name):
+    from visionmoe.splat.formats import read_any
+
+    r = splat_cli("decompress", work / "a.pgms", "-o", tmp_path / name, "-q")
+    assert r.returncode == 0, r.stderr
+    ref = read_any(work / "a.pgms")
+    assert read_any(tmp_path / name).num_gaussians == ref.num_gaussians
+
+
+def test_compress_and_render_read_other_formats(tmp_path):
+    src = Path(__file__).parent / "data" / "formats" / "fruit40.splat"
+    r = splat_cli("compress", src, "-o", tmp_path / "f.pgms", "--ratio", "3", *FAST)
+    assert r.returncode == 0, r.stderr
+    r = splat_cli("render", tmp_path / "f.pgms", "-o", tmp_path / "views", "--views", "1", "--width", "24",
+                  "--height", "16", "-q")
+    assert r.returncode == 0, r.stderr
+    assert [p.name for p in (tmp_path / "views").iterdir()] == ["view_000.png"]
+    one_error_line(splat_cli("render", tmp_path / "f.pgms", "-o", tmp_path / "views", "--views", "1", "--width", "24",
+                             "--height", "16"), "overwrite")

@@ -6,6 +6,8 @@ import logging
 import math
 import os
 import secrets
+import stat
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -285,12 +287,11 @@ def read_ply(path: str | os.PathLike, *, nonfinite: str = "reject") -> GaussianS
         logger.warning("%s: dropped %d of %d Gaussians with NaN/Inf values", path, bad, n)
         means, dc, rest, opacity, scales, quats = (a[finite] for a in (means, dc, rest, opacity, scales, quats))
 
-    t = torch.from_numpy
-    return GaussianScene(
-        means=t(np.ascontiguousarray(means)), quats=t(np.ascontiguousarray(quats)),
-        log_scales=t(np.ascontiguousarray(scales)), opacity_logits=t(np.ascontiguousarray(opacity)),
-        sh_dc=t(np.ascontiguousarray(dc)), sh_rest=t(np.ascontiguousarray(rest)),
-    )
+    def t(a):  # contiguous and writable (a column of a small file can be a read-only view; torch warns)
+        return torch.from_numpy(np.require(a, requirements=["C", "W"]))
+
+    return GaussianScene(means=t(means), quats=t(quats), log_scales=t(scales), opacity_logits=t(opacity), sh_dc=t(dc),
+                         sh_rest=t(rest))
 
 
 def write_ply(scene: GaussianScene, path: str | os.PathLike, *, ascii: bool = False, byte_order: str = "<") -> Path:
@@ -319,16 +320,47 @@ def write_ply(scene: GaussianScene, path: str | os.PathLike, *, ascii: bool = Fa
     return atomic_write(path, ply.write)
 
 
+def check_output_path(path: str | os.PathLike) -> Path:
+    """Refuse (``SceneError``) an output path that exists and is not a regular file: a rename
+    would replace a FIFO, a symbolic link or a device node (as root, ``/dev/null`` itself)."""
+    path = Path(path)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return path
+    if not stat.S_ISREG(st.st_mode):
+        kind = ("a folder" if stat.S_ISDIR(st.st_mode) else "a symbolic link" if stat.S_ISLNK(st.st_mode)
+                else "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device" if stat.S_ISCHR(st.st_mode)
+                or stat.S_ISBLK(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode) else "not a file")
+        raise SceneError(f"{path} exists and is not a regular file ({kind}); refusing to replace it")
+    return path
+
+
+def check_writable(path: str | os.PathLike) -> Path:
+    """Check, before any long work, that ``path`` can be written: not a special file
+    (:func:`check_output_path`), in a folder that exists, where a file can be created (probed
+    by creating and removing an empty file, which also holds for root, for whom permission
+    bits say little)."""
+    path = check_output_path(path)
+    parent = path.parent
+    if not parent.is_dir():
+        raise SceneError(f"cannot write {path}: folder {parent} does not exist")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=parent)
+    except OSError as exc:
+        raise SceneError(f"cannot write {path}: {exc.strerror or exc}") from None
+    os.close(fd)
+    os.unlink(probe)
+    return path
+
+
 def atomic_write(path: str | os.PathLike, write: Callable) -> Path:
     """Write a file through ``write(binary file object)`` so that ``path`` is never half-written:
     into a new temporary file in the same folder (created with mode 0o666, so the user's umask
     sets its permissions, as for any new file), flushed to disk, then renamed over ``path``. The
     folder is created if missing; on any error the temporary file is removed and ``path`` is
     left as it was. Every file the library and the command line write goes through here."""
-    path = Path(path)
-    if path.is_symlink() or (path.exists() and not path.is_file()):
-        raise SceneError(f"{path}: exists and is not a regular file (a symbolic link, folder, FIFO or device); "
-                         "refusing to replace it")
+    path = check_output_path(path)  # never a FIFO, symlink or device replaced
     path.parent.mkdir(parents=True, exist_ok=True)
     while True:
         tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"

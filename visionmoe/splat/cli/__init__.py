@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ._common import EXIT_USAGE, CLIError
+from ._common import EXIT_USAGE, CLIError, Terminated, add_common_options, apply_verbosity, install_signal_handlers
 from .pgms import PGMS_SUBCOMMANDS
 from .render import add_render_parser
 from .view import add_view_parser
@@ -24,12 +24,17 @@ SUBCOMMANDS = [add_render_parser, *PGMS_SUBCOMMANDS, add_view_parser]
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from ... import __version__
+
     parser = argparse.ArgumentParser(
         prog="visionmoe-splat", description="PGMS tools for 3D Gaussian splatting scenes (visionmoe.splat)."
     )
+    parser.add_argument("--version", action="version", version=f"visionmoe-splat {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for register in SUBCOMMANDS:
         register(subparsers)
+    for p in subparsers.choices.values():
+        add_common_options(p)  # -q/--quiet, -v/--verbose on every command
     return parser
 
 
@@ -43,15 +48,27 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; returns the exit status (0 success, 2 bad input)."""
-    parser = build_parser()
-    args = parser.parse_args(argv)  # usage errors: argparse prints one line and exits 2
+    """Run the CLI; returns the exit status (0 success, 2 bad input, 130 Ctrl-C, 143 SIGTERM).
+
+    SIGTERM is turned into an exception (as Ctrl-C is) before anything heavy is imported, so
+    that a write in progress removes its temporary file either way."""
+    install_signal_handlers()
+    command = "visionmoe-splat"
     try:
+        parser = build_parser()
+        args = parser.parse_args(argv)  # usage errors: argparse prints one line and exits 2
+        command = f"visionmoe-splat {args.command}"
+        apply_verbosity(args)
         return int(args.func(args) or 0)
-    except _user_errors() as exc:
-        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        print(f"visionmoe-splat {args.command}: error: {message}", file=sys.stderr)
-        return EXIT_USAGE
     except KeyboardInterrupt:
-        print(f"visionmoe-splat {args.command}: interrupted", file=sys.stderr)
+        print(f"{command}: interrupted", file=sys.stderr)
         return 130
+    except Terminated:
+        print(f"{command}: terminated", file=sys.stderr)
+        return 143
+    except BaseException as exc:  # noqa: BLE001 - sorted below; anything else is a bug and keeps its traceback
+        if isinstance(exc, _user_errors()):
+            message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            print(f"{command}: error: {message}", file=sys.stderr)
+            return EXIT_USAGE
+        raise

@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 
 from ..memory import KEEP_FREED_MEMORY_MAX_GAUSSIANS, keep_freed_memory
-from ._common import CLIError, check_io, enable_verbose_logging, nonnegative_int, positive_int
+from ._common import (CLIError, add_output_options, enable_verbose_logging, nonnegative_int, plan_outputs,
+                      positive_int, progress_over)
 
 __all__ = ["PGMS_SUBCOMMANDS"]
 
@@ -86,7 +87,7 @@ def _add_target(p) -> None:
                         "(default auto: 80 on cuts of at most 150k primitives below 48 dB; 0: off, faster)")
     p.add_argument("--prune-search", type=nonnegative_int, default=3,
                    help="pruned variants render-checked against a merged cut (default 3; 0: off, faster)")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="log the encoder's stages, their results and timings (stderr)")
 
@@ -111,36 +112,52 @@ def _compress(args, scene):
 
 
 def add_compress_parser(subparsers) -> None:
-    p = subparsers.add_parser("compress", help="compress a .ply scene to .pgms",
-                              description="Compress a 3DGS .ply to a rate-controlled PGMS bitstream (.pgms).")
-    p.add_argument("scene", help="input scene, INRIA-layout .ply")
-    p.add_argument("-o", "--out", required=True, help="output .pgms path")
+    p = subparsers.add_parser("compress", help="compress scenes (.ply, .splat, .compressed.ply) to .pgms",
+                              description="Compress 3DGS scenes (INRIA .ply, antimatter15 .splat or PlayCanvas "
+                                          ".compressed.ply) to rate-controlled PGMS bitstreams (.pgms).")
+    p.add_argument("scene", nargs="+", help="input scenes (.ply, .splat, .compressed.ply)")
+    add_output_options(p, "output .pgms path; with several inputs, a folder (NAME.pgms per input)")
     _add_target(p)
     p.add_argument("--drop-nonfinite", action="store_true", help="drop Gaussians with NaN/Inf values instead of failing")
     p.set_defaults(func=cmd_compress)
 
 
+def read_scene(path: Path, drop_nonfinite: bool = False):
+    """A scene from any supported input format; the NaN/Inf error names --drop-nonfinite."""
+    from ..formats import read_any
+    from ..io import SceneError
+
+    try:
+        return read_any(path, nonfinite="drop" if drop_nonfinite else "reject")
+    except SceneError as exc:
+        message = str(exc)
+        if "NaN/Inf" in message and not drop_nonfinite:
+            raise CLIError(message.split(" (use nonfinite=")[0] + " (--drop-nonfinite skips them)") from None
+        raise
+
+
 def cmd_compress(args) -> int:
-    from ..io import read_ply
     from ..render import resolve_device
 
-    inp, out = Path(args.scene), Path(args.out)
-    check_io(inp, out, ".pgms")
+    pairs = plan_outputs(args.scene, args.out, ".pgms", args.overwrite)  # before any encode
     resolve_device(args.device)  # a bad --device fails before the scene is read
-    scene = read_ply(inp, nonfinite="drop" if args.drop_nonfinite else "reject")
-    if scene.num_gaussians <= KEEP_FREED_MEMORY_MAX_GAUSSIANS:
-        keep_freed_memory()
-    t = time.perf_counter()
-    res = _compress(args, scene)
-    elapsed = time.perf_counter() - t
-    res.save(out)
-    g, a = res.preset_index
-    print(f"wrote {out}: {res.nbytes} bytes, {res.ratio:.2f}x vs float32 .ply ({res.reference_bytes} bytes), "
-          f"{res.primitives} primitives from {res.input_gaussians} Gaussians, preset {g},{a}, {elapsed:.1f} s")
-    if args.psnr is None and not res.target_met:
-        print(f"note: the file is {res.nbytes / res.target_bytes:.1%} of the target of {res.target_bytes} bytes, "
-              f"outside the 5% window" + ("" if res.nbytes > res.target_bytes else
-                                        "; it is the best-rendering encoding found under the target"))
+    for inp, out in progress_over(pairs, args.quiet, "compress"):
+        scene = read_scene(inp, args.drop_nonfinite)
+        if scene.num_gaussians <= KEEP_FREED_MEMORY_MAX_GAUSSIANS:
+            keep_freed_memory()
+        t = time.perf_counter()
+        res = _compress(args, scene)
+        elapsed = time.perf_counter() - t
+        res.save(out)
+        g, a = res.preset_index
+        print(f"wrote {out}: {res.nbytes} bytes, {res.ratio:.2f}x vs float32 .ply ({res.reference_bytes} bytes), "
+              f"{res.primitives} primitives from {res.input_gaussians} Gaussians, preset {g},{a}, {elapsed:.1f} s")
+        if res.clamped_log_scales:
+            print(f"note: {res.clamped_log_scales} Gaussians had log-scales outside [-30, 30] and were clamped")
+        if args.psnr is None and not res.target_met:
+            print(f"note: the file is {res.nbytes / res.target_bytes:.1%} of the target of {res.target_bytes} bytes, "
+                  f"outside the 5% window" + ("" if res.nbytes > res.target_bytes else
+                                            "; it is the best-rendering encoding found under the target"))
     return 0
 
 
@@ -148,27 +165,35 @@ def cmd_compress(args) -> int:
 
 
 def add_decompress_parser(subparsers) -> None:
-    p = subparsers.add_parser("decompress", help="decode a .pgms to a .ply",
-                              description="Decode a .pgms bitstream to an INRIA-layout .ply (any 3DGS viewer reads it).")
-    p.add_argument("input", help="input .pgms")
-    p.add_argument("-o", "--out", required=True, help="output .ply path")
+    p = subparsers.add_parser("decompress", help="decode .pgms to .ply, .splat or .compressed.ply",
+                              description="Decode .pgms bitstreams to a scene file, in the format its name asks for: "
+                                          "INRIA .ply (any 3DGS viewer), antimatter15 .splat or PlayCanvas "
+                                          ".compressed.ply.")
+    p.add_argument("input", nargs="+", help="input .pgms files")
+    add_output_options(p, "output .ply, .splat or .compressed.ply path; with several inputs, a folder "
+                          "(NAME.ply per input, NAME.FORMAT with --format)")
+    p.add_argument("--format", choices=("ply", "splat", "compressed.ply"), default=None,
+                   help="output format with several inputs (default ply); one output takes it from its name")
     p.add_argument("--level", type=int, default=None, help="decode only pyramid levels 0..LEVEL (coarser scene)")
     p.set_defaults(func=cmd_decompress)
 
 
 def cmd_decompress(args) -> int:
     from ..codec import decompress
-    from ..io import write_ply
+    from ..formats import format_of, write_any
 
-    inp, out = Path(args.input), Path(args.out)
-    check_io(inp, out, ".ply")
     if args.level is not None and args.level < 0:
         raise CLIError(f"--level must be >= 0, got {args.level}")
-    t = time.perf_counter()
-    scene = decompress(inp, level=args.level)
-    elapsed = time.perf_counter() - t
-    write_ply(scene, out)
-    print(f"wrote {out}: {scene.num_gaussians} Gaussians, SH degree {scene.sh_degree}, decoded in {elapsed:.2f} s")
+    pairs = plan_outputs(args.input, args.out, "." + (args.format or "ply"), args.overwrite)
+    for _inp, out in pairs:
+        if format_of(out) == "pgms":
+            raise CLIError(f"output {out}: decompress writes .ply, .splat or .compressed.ply")
+    for inp, out in progress_over(pairs, args.quiet, "decompress"):
+        t = time.perf_counter()
+        scene = decompress(inp, level=args.level)
+        elapsed = time.perf_counter() - t
+        write_any(scene, out)
+        print(f"wrote {out}: {scene.num_gaussians} Gaussians, SH degree {scene.sh_degree}, decoded in {elapsed:.2f} s")
     return 0
 
 
@@ -245,35 +270,37 @@ def cmd_eval(args) -> int:
 
 
 def add_info_parser(subparsers) -> None:
-    p = subparsers.add_parser("info", help="header and sections of a .pgms",
-                              description="Print a .pgms file's header fields and section sizes (checks every checksum).")
-    p.add_argument("input", help="input .pgms")
-    p.add_argument("--json", action="store_true", help="print JSON")
+    p = subparsers.add_parser("info", help="header and sections of .pgms files",
+                              description="Print each .pgms file's header fields and section sizes (checks every checksum).")
+    p.add_argument("input", nargs="+", help="input .pgms files")
+    p.add_argument("--json", action="store_true", help="print JSON (one object per line per file)")
     p.set_defaults(func=cmd_info)
 
 
 def cmd_info(args) -> int:
     from ..codec import info
 
-    inp = Path(args.input)
-    if not inp.is_file():
-        raise CLIError(f"input file {inp} does not exist")
-    meta = info(inp)
-    if args.json:
-        print(json.dumps(meta))
-        return 0
-    print(f"{inp}: PGMS {meta['version']}, {meta['bytes']} bytes"
-          + (f", {meta['ratio']:.2f}x vs float32 .ply" if meta["ratio"] else ""))
-    print(f"  {meta['nodes']} coded nodes in {meta['levels']} levels from {meta['source_gaussians']} Gaussians, "
-          f"SH degree {meta['sh_degree']}")
-    print(f"  prototypes: scale-rotation {meta['shape_codebook']}, appearance {meta['sh_codebook']} "
-          f"(degree {meta['sh_codebook_degree']})")
-    q = meta["quantizer"]
-    print(f"  quantiser: pos_rel {q['pos_rel']:.3g}, dc_step {q['dc_step']:.3g}, ls_step {q['ls_step']:.3g}, "
-          f"opacity {q['op_bits']} bits, rotation {q['rot_bits']} bits")
-    for s in meta["sections"]:
-        where = "" if s["level"] is None else f" level {s['level']}"
-        print(f"  section {s['tag']}{where}: {s['bytes']} bytes")
+    inputs = [Path(p) for p in args.input]
+    for inp in inputs:
+        if not inp.is_file():
+            raise CLIError(f"input file {inp} does not exist")
+    for inp in inputs:
+        meta = info(inp)
+        if args.json:
+            print(json.dumps(meta if len(inputs) == 1 else {"file": str(inp), **meta}))
+            continue
+        print(f"{inp}: PGMS {meta['version']}, {meta['bytes']} bytes"
+              + (f", {meta['ratio']:.2f}x vs float32 .ply" if meta["ratio"] else ""))
+        print(f"  {meta['nodes']} coded nodes in {meta['levels']} levels from {meta['source_gaussians']} Gaussians, "
+              f"SH degree {meta['sh_degree']}")
+        print(f"  prototypes: scale-rotation {meta['shape_codebook']}, appearance {meta['sh_codebook']} "
+              f"(degree {meta['sh_codebook_degree']})")
+        q = meta["quantizer"]
+        print(f"  quantiser: pos_rel {q['pos_rel']:.3g}, dc_step {q['dc_step']:.3g}, ls_step {q['ls_step']:.3g}, "
+              f"opacity {q['op_bits']} bits, rotation {q['rot_bits']} bits")
+        for s in meta["sections"]:
+            where = "" if s["level"] is None else f" level {s['level']}"
+            print(f"  section {s['tag']}{where}: {s['bytes']} bytes")
     return 0
 
 

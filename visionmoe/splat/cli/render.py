@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ._common import CLIError, positive_int, rgb
+from ._common import CLIError, add_output_options, positive_int, rgb
 
 __all__ = ["add_render_parser", "cmd_render"]
 
@@ -12,11 +12,12 @@ __all__ = ["add_render_parser", "cmd_render"]
 def add_render_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "render",
-        help="render a .ply scene to PNG images",
-        description="Render a 3DGS .ply scene from orbit views (or the cameras of an INRIA cameras.json) to PNGs.",
+        help="render a scene (.ply, .splat, .compressed.ply, .pgms) to PNG images",
+        description="Render a 3DGS scene (INRIA .ply, .splat, PlayCanvas .compressed.ply or .pgms) from orbit views "
+                    "(or the cameras of an INRIA cameras.json) to PNGs.",
     )
-    p.add_argument("scene", help="input scene, INRIA-layout .ply")
-    p.add_argument("--out", required=True, help="output folder (created if missing)")
+    p.add_argument("scene", help="input scene (.ply, .splat, .compressed.ply, .pgms)")
+    add_output_options(p, "output folder (created if missing); view_NNN.png in it")
     p.add_argument("--views", type=positive_int, default=8, help="number of orbit views (default 8)")
     p.add_argument("--width", type=positive_int, default=512, help="image width in pixels (default 512)")
     p.add_argument("--height", type=positive_int, default=512, help="image height in pixels (default 512)")
@@ -36,7 +37,8 @@ def cmd_render(args) -> int:
     import torch
 
     from ..cameras import load_cameras_json, orbit_cameras
-    from ..io import atomic_write_bytes, read_ply
+    from ..formats import read_any
+    from ..io import atomic_write_bytes
     from ..render import render, resolve_device
 
     scene_path = Path(args.scene)
@@ -44,9 +46,12 @@ def cmd_render(args) -> int:
         raise CLIError(f"scene file {scene_path} does not exist")
     out_dir = Path(args.out)
     if out_dir.exists() and not out_dir.is_dir():
-        raise CLIError(f"--out {out_dir} exists and is not a folder")
+        raise CLIError(f"-o {out_dir} exists and is not a folder")
+    existing = sorted(out_dir.glob("view_*.png")) if out_dir.is_dir() else []  # what this command writes
+    if existing and not args.overwrite:
+        raise CLIError(f"{out_dir} already holds {existing[0].name}; use -w/--overwrite to replace the views")
     device = resolve_device(args.device)  # before the scene is read
-    scene = read_ply(scene_path).to(device)
+    scene = read_any(scene_path).to(device)
     if args.cameras:
         cameras = load_cameras_json(args.cameras, width=args.width, height=args.height)
     else:
@@ -59,5 +64,6 @@ def cmd_render(args) -> int:
             out = render(scene, cameras[i], backend=args.backend, background=args.background, sh_degree=args.sh_degree)
         image = (out.colors[0].clamp(0, 1) * 255 + 0.5).to(torch.uint8).cpu().numpy()
         path = atomic_write_bytes(out_dir / f"view_{i:03d}.png", iio.imwrite("<bytes>", image, extension=".png"))
-        print(f"wrote {path} ({cameras.width}x{cameras.height}, {scene.num_gaussians} Gaussians)")
+        if not args.quiet:
+            print(f"wrote {path} ({cameras.width}x{cameras.height}, {scene.num_gaussians} Gaussians)")
     return 0
