@@ -670,3 +670,11 @@ def test_compress_on_cuda_round_trips(asset):
     assert 0.95 * target <= res.nbytes <= target and "refine" in res.timings
     dec = decompress(res.data)
     assert float(psnr(render(dec, cams).colors, render(scene, cams).colors)) > 30
+
+
+@pytest.mark.parametrize("kwargs", [dict(verify_views=0), dict(preset=(3, 3))])
+def test_no_render_check_and_no_search_still_encodes(kwargs):
+    # with no view to verify, search or refine on, the contribution stage keeps no renders
+    scene = random_scene(600, degree=0, seed=4)
+    res = compress(scene, ratio=10, prune_search=0, refine_steps=0, num_views=4, view_size=32, **kwargs)
+    assert decompress(res.data).num_gaussians > 0

@@ -13,6 +13,7 @@ from pgms_helpers import random_scene
 from visionmoe.splat import bitstream as bs
 from visionmoe.splat.allocator import GEOMETRY_LADDER
 from visionmoe.splat.codec import compress, decompress
+from visionmoe.splat.encoder.palettes import detect_palettes
 from visionmoe.splat.io import SceneError
 
 SH_C0 = 0.28209479177387814
@@ -69,7 +70,7 @@ def test_coarse_rung_does_not_use_palettes():
 
 def test_detect_palettes_rejects_continuous_channels():
     s = random_scene(400, 0, seed=1)
-    assert bs.detect_palettes(s) is None
+    assert detect_palettes(s) is None
 
 
 def _replace_palt(data: bytes, pal: bs.Palettes) -> bytes:

@@ -33,11 +33,11 @@ from .coders import (_SLOW_CODER_LIMIT, ALL_CODERS, CODER_LZMA, CODER_NAMES, COD
                      PROBE_CODERS, rans4_decode, rans4_encode,
                      FormatError, byte_width, lzma_compress, planes, rans_encode, unplanes, unzigzag, zigzag,
                      zstd_compress, zstd_decompress, lzma_decompress, rans_decode)
-# (Quantizer, ShGrid, Palettes, detect_palettes, identity_frames, decorrelate_dc... are re-exported:
+# (Quantizer, ShGrid, Palettes, identity_frames, decorrelate_dc... are re-exported:
 # ``bitstream`` stays the one import for the format's types.)
 from .quantize import (MAX_PALETTE, PALETTE_CHANNELS, PALETTE_NONE, PALETTE_PREDICTED, DecodedLevel, Palettes,
                        Parents, Quantizer, ShapeTable, ShGrid, Tables, correlate_dc, decorrelate_dc, dequantize_level,
-                       detect_palettes, identity_frames)  # noqa: F401
+                       identity_frames)  # noqa: F401
 
 MAGIC = b"\x89PGMS\r\n\x1a"
 VERSION = (4, 0)

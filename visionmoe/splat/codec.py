@@ -197,7 +197,7 @@ def _contributions(scene: GaussianScene, opts: EncodeOptions, prog: Progress):
         keep = sorted(set(view_indices(len(cameras), checked)) | set(view_indices(len(cameras), searched))
                       | set(view_indices(len(cameras), pruned_on)))
         contributions, colors = image_contributions(scene, cameras, device=opts.device, keep_colors=keep)
-        known = dict(zip(keep, colors))
+        known = dict(zip(keep, colors)) if keep else {}  # no view to keep: no renders come back
         prog("contributions", 1, 1)
     contributions = contributions.detach().float().cpu()
     n_in = scene.num_gaussians

@@ -58,6 +58,31 @@ class _Config:
     requests: list = field(default_factory=list)  # (path, range header) log for tests
 
 
+def _byte_range(header: str, size: int) -> tuple[int, int]:
+    """An HTTP ``Range: bytes=a-b`` header -> inclusive (start, end); ValueError when unsatisfiable."""
+    unit, spec = header.split("=", 1)
+    a, b = spec.split("-", 1)
+    start = int(a) if a else max(0, size - int(b))
+    end = min(int(b), size - 1) if (a and b) else size - 1
+    if unit.strip() != "bytes" or start > end or start >= size:
+        raise ValueError(header)
+    return start, end
+
+
+def _stream(wfile, data: bytes, throttle, chunk: int) -> None:
+    """Write ``data`` in chunks, pausing after each (offset, seconds) stop of ``throttle``."""
+    pos = 0
+    for offset, pause in [*sorted(throttle), (len(data), 0.0)]:
+        offset = min(offset, len(data))
+        while pos < offset:
+            step = min(chunk, offset - pos)
+            wfile.write(data[pos: pos + step])
+            pos += step
+        wfile.flush()
+        if pause and pos < len(data):
+            time.sleep(pause)
+
+
 def _handler(cfg: _Config):
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -107,12 +132,7 @@ def _handler(cfg: _Config):
             rng = self.headers.get("Range")
             if rng:
                 try:
-                    unit, spec = rng.split("=", 1)
-                    a, b = spec.split("-", 1)
-                    start = int(a) if a else max(0, len(data) - int(b))
-                    end = min(int(b), len(data) - 1) if (a and b) else len(data) - 1
-                    if unit.strip() != "bytes" or start > end or start >= len(data):
-                        raise ValueError
+                    start, end = _byte_range(rng, len(data))
                 except ValueError:
                     return self._send(416, b"", "application/octet-stream", [("Content-Range", f"bytes */{len(data)}")])
                 return self._send(206, data[start: end + 1], "application/octet-stream",
@@ -123,18 +143,8 @@ def _handler(cfg: _Config):
             self.send_header("Accept-Ranges", "bytes")
             self.send_header("Cache-Control", "no-store")
             self.end_headers()
-            pos = 0
-            stops = sorted(cfg.throttle)
             try:
-                for offset, pause in [*stops, (len(data), 0.0)]:
-                    offset = min(offset, len(data))
-                    while pos < offset:
-                        step = min(cfg.chunk, offset - pos)
-                        self.wfile.write(data[pos: pos + step])
-                        pos += step
-                    self.wfile.flush()
-                    if pause and pos < len(data):
-                        time.sleep(pause)
+                _stream(self.wfile, data, cfg.throttle, cfg.chunk)
             except (BrokenPipeError, ConnectionResetError):
                 pass  # the page stopped reading (a --level view has what it needs)
 

@@ -10,7 +10,8 @@ import torch
 from .. import bitstream as bs
 from ..io import GaussianScene
 from ..pyramid import Pyramid, build_pyramid
-from ..quantize import Palettes, Quantizer, detect_palettes
+from ..quantize import Palettes, Quantizer
+from .palettes import detect_palettes
 
 
 @dataclass(frozen=True)
