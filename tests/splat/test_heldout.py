@@ -166,3 +166,28 @@ def test_evaluate_decoded_reports_heldout_and_seen_apart():
     assert evaluate_decoded(scene, scene, held).heldout.psnr == 100.0
     with pytest.raises(HeldoutError):
         evaluate_decoded(scene, noisy, enc[[0, 1]].scaled(1.5), enc)
+
+
+def test_eval_command_scores_held_out_views(tmp_path, capsys):
+    """visionmoe-splat eval: held-out views by default, every 8th camera of a cameras.json held
+    out (the encoder gets the others), the encoder's own views scored apart and labelled."""
+    from visionmoe.splat.cli import main
+    from visionmoe.splat.io import write_ply
+
+    scene = object_scene(400)
+    ply = write_ply(scene, tmp_path / "s.ply")
+    fast = ["--refine-steps", "0", "--prune-search", "0", "--views", "4", "--view-size", "32", "--ratio", "6",
+            "--quiet", "--eval-size", "32", "--json"]
+    assert main(["eval", str(ply), "--eval-views", "3", "--seen-views", "2", *fast]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["views"].startswith("3 held-out views") and res["min_pose_distance"] > 1e-3
+    assert res["seen"]["views"].startswith("2 views the encoder saw") and res["psnr_db"] > 15
+    frame = scene_frame(scene)
+    views = [look_at(frame.centre + 2.5 * frame.size * torch.tensor([math.cos(a), -0.3, math.sin(a)],
+                                                                   dtype=torch.float64),
+                     frame.centre, torch.tensor([0.0, -1, 0])) for a in torch.linspace(0, 6.0, 10).tolist()]
+    cams = tmp_path / "cameras.json"
+    cams.write_text(json.dumps([inria_entry(i, v, 64, 64, 60.0) for i, v in enumerate(views)]))
+    assert main(["eval", str(ply), "--cameras", str(cams), "--seen-views", "0", *fast]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["views"].startswith("2 held-out cameras (every 8th") and res["seen"] is None

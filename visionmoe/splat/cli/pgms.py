@@ -92,14 +92,14 @@ def _add_target(p) -> None:
                    help="log the encoder's stages, their results and timings (stderr)")
 
 
-def _compress(args, scene):
+def _compress(args, scene, cameras=None):
+    """Compress with the target options; ``cameras`` (if given) instead of ``--cameras``."""
     from ..cameras import load_cameras_json
     from ..codec import compress
 
     if args.verbose:
         enable_verbose_logging()
-    cameras = None
-    if args.cameras:
+    if cameras is None and args.cameras:
         cameras = load_cameras_json(args.cameras, width=args.view_size, height=args.view_size)
     return compress(
         scene, ratio=args.ratio, size=args.size, psnr=args.psnr, cameras=cameras, device=args.device,
@@ -204,65 +204,88 @@ def add_eval_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "eval", help="size, ratio, PSNR/SSIM of a compression against the original",
         description="Compare a .pgms (or a compression made now, from the target options) with the original .ply: "
-                    "size, ratio against the native-degree float32 .ply, PSNR and SSIM on the same orbit views, "
-                    "encode and decode time.")
+                    "size, ratio against the native-degree float32 .ply, PSNR and SSIM on held-out views (never "
+                    "among the encoder's views: seeded views over elevations -30..60 degrees at 0.5-1.3x the orbit "
+                    "distance or, with --cameras, every 8th camera, the others going to the encoder), the same on "
+                    "some of the encoder's own views (labelled 'seen'), encode and decode time.")
     p.add_argument("scene", help="original scene, INRIA-layout .ply")
     p.add_argument("compressed", nargs="?", help=".pgms to evaluate (default: compress now with the target options)")
     _add_target(p)
-    p.add_argument("--eval-views", type=positive_int, default=16, help="orbit views to compare (default 16)")
+    p.add_argument("--eval-views", type=positive_int, default=32,
+                   help="held-out views to compare without --cameras (default 32)")
+    p.add_argument("--seen-views", type=nonnegative_int, default=8,
+                   help="of the encoder's own views, how many to score apart, labelled 'seen' (default 8; 0: none)")
     p.add_argument("--eval-size", type=positive_int, default=512, help="comparison view size in pixels (default 512)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.set_defaults(func=cmd_eval)
 
 
 def cmd_eval(args) -> int:
-    import torch
-
-    from ..cameras import orbit_cameras
+    from ..cameras import load_cameras_json
     from ..codec import decompress, reference_ply_bytes
+    from ..evaluation import (
+        HOLDOUT_EVERY, HeldoutError, encoder_cameras, evaluate_decoded, heldout_cameras, split_cameras,
+    )
     from ..io import read_ply
-    from ..metrics import psnr, ssim
-    from ..render import render, resolve_device
+    from ..render import resolve_device
 
     inp = Path(args.scene)
     if not inp.is_file():
         raise CLIError(f"input file {inp} does not exist")
     resolve_device(args.device)  # a bad --device fails before the scene is read
     scene = read_ply(inp)
+    train = None
+    if args.cameras:  # every 8th camera held out, the encoder gets the others (3DGS convention)
+        split = split_cameras(load_cameras_json(args.cameras, width=args.eval_size, height=args.eval_size))
+        eval_cams = split.test
+        train = load_cameras_json(args.cameras, width=args.view_size, height=args.view_size)[split.train_index]
+        where = f"{len(eval_cams)} held-out cameras (every {HOLDOUT_EVERY}th of {args.cameras})"
+    else:
+        eval_cams = heldout_cameras(scene, num_views=args.eval_views, size=args.eval_size)
+        where = f"{len(eval_cams)} held-out views"
+    enc_cams = encoder_cameras(scene, train, num_views=args.views, view_size=args.view_size)
     encode_s = None
     if args.compressed:
         cp = Path(args.compressed)
         if not cp.is_file():
             raise CLIError(f"compressed file {cp} does not exist")
         data = cp.read_bytes()
+        if args.cameras:
+            where += " (held out if the .pgms was compressed from the other cameras only)"
     else:
         if scene.num_gaussians <= KEEP_FREED_MEMORY_MAX_GAUSSIANS:
             keep_freed_memory()
         t = time.perf_counter()
-        data = _compress(args, scene).data
+        data = _compress(args, scene, cameras=train).data
         encode_s = time.perf_counter() - t
     t = time.perf_counter()
     dec = decompress(data)
     decode_s = time.perf_counter() - t
-    cams = orbit_cameras(scene, num_views=args.eval_views, width=args.eval_size, height=args.eval_size)
-    with torch.no_grad():
-        ref = torch.cat([render(scene, cams[i]).colors for i in range(len(cams))])
-        out = torch.cat([render(dec, cams[i]).colors for i in range(len(cams))])
+    try:
+        rep = evaluate_decoded(scene, dec, eval_cams, enc_cams, seen_views=args.seen_views)
+    except HeldoutError as exc:
+        raise CLIError(str(exc)) from None
     ref_bytes = reference_ply_bytes(scene.num_gaussians, scene.sh_degree)
     result = {
         "bytes": len(data), "reference_bytes": ref_bytes, "ratio": round(ref_bytes / len(data), 3),
-        "psnr_db": round(float(psnr(out, ref)), 3), "ssim": round(float(ssim(out, ref)), 5),
+        "psnr_db": round(rep.heldout.psnr, 3), "ssim": round(rep.heldout.ssim, 5),
         "gaussians": scene.num_gaussians, "primitives": dec.num_gaussians,
         "encode_s": None if encode_s is None else round(encode_s, 3), "decode_s": round(decode_s, 3),
-        "views": f"{len(cams)} orbit views at {args.eval_size}x{args.eval_size}",
+        "views": f"{where} at {args.eval_size}x{args.eval_size}",
+        "seen": None if rep.seen is None else {"psnr_db": round(rep.seen.psnr, 3), "ssim": round(rep.seen.ssim, 5),
+                                               "views": rep.seen.label},
+        "min_pose_distance": round(rep.separation, 4),
     }
     if args.json:
         print(json.dumps(result))
     else:
         enc = "" if encode_s is None else f", encode {encode_s:.1f} s"
-        print(f"{result['bytes']} bytes, {result['ratio']:.2f}x vs float32 .ply; PSNR {result['psnr_db']:.2f} dB, "
+        print(f"{result['bytes']} bytes, {result['ratio']:.2f}x vs float32 .ply; held-out PSNR {result['psnr_db']:.2f} dB, "
               f"SSIM {result['ssim']:.4f} ({result['views']}); {dec.num_gaussians} primitives"
               f"{enc}, decode {decode_s:.2f} s")
+        if rep.seen is not None:
+            print(f"  seen by the encoder (not held out): PSNR {rep.seen.psnr:.2f} dB, SSIM {rep.seen.ssim:.4f} "
+                  f"({rep.seen.label})")
     return 0
 
 
