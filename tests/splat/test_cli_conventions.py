@@ -181,7 +181,9 @@ def test_ctrl_c_during_startup_is_clean(work, delay):
     time.sleep(delay)
     proc.send_signal(signal.SIGINT)
     _out, err = proc.communicate(timeout=60)
-    assert proc.returncode in (0, 130) and "Traceback" not in err, (proc.returncode, err[-2000:])
+    # -SIGINT: the signal came before Python could install any handler (interpreter start-up,
+    # slow on a loaded machine); the process then dies silently, which is as clean
+    assert proc.returncode in (0, 130, -signal.SIGINT) and "Traceback" not in err, (proc.returncode, err[-2000:])
 
 
 def test_unwritable_output_is_reported_before_the_encode(tmp_path):
