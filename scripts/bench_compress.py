@@ -45,7 +45,6 @@ from pathlib import Path
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 from visionmoe.splat.cameras import scene_frame, transform_cameras  # noqa: E402
 from visionmoe.splat.memory import keep_freed_memory  # noqa: E402

@@ -17,7 +17,6 @@ from pathlib import Path
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 from visionmoe.splat import compress, decompress, read_ply  # noqa: E402
 from visionmoe.splat.cameras import orbit_cameras  # noqa: E402

@@ -35,8 +35,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 from visionmoe.splat.cameras import Cameras, frame_cameras, scene_frame, sphere_directions  # noqa: E402
 from visionmoe.splat.evaluation import heldout_cameras, render_views, score_views  # noqa: E402
