@@ -81,7 +81,7 @@ def backproject(out, cams: Cameras, mask: torch.Tensor) -> torch.Tensor:
 
 def initialise(src: GaussianScene, frame, n: int, sh_degree: int, gen: torch.Generator, size: int = 128,
                uniform_share: float = 0.05) -> GaussianScene:
-    from scipy.spatial import cKDTree
+    import faiss  # a runtime dependency already (exact k-NN; scipy is not one)
 
     dirs = sphere_directions(48, seed=int(torch.randint(0, 2**31 - 1, (1,), generator=gen)))
     cams = frame_cameras(frame, dirs, 1.0, size, size)
@@ -105,8 +105,11 @@ def initialise(src: GaussianScene, frame, n: int, sh_degree: int, gen: torch.Gen
     # jitter by about a pixel footprint at the init distance, so points off one pixel ray differ
     pix = frame.orbit_distance() / cams.Ks[0, 0, 0].item()
     means = means + torch.randn(means.shape, generator=gen, dtype=torch.float64) * pix
-    d, _ = cKDTree(means.numpy()).query(means.numpy(), k=4)
-    nn = torch.from_numpy(d[:, 1:]).mean(1).clamp_min(1e-4 * frame.size)
+    x = np.ascontiguousarray(means.numpy(), dtype=np.float32)
+    index = faiss.IndexFlatL2(3)
+    index.add(x)
+    d2, _ = index.search(x, 4)  # squared distances to the point itself and its 3 nearest neighbours
+    nn = torch.from_numpy(np.sqrt(np.maximum(d2[:, 1:], 0.0)).astype(np.float64)).mean(1).clamp_min(1e-4 * frame.size)
     k = (sh_degree + 1) ** 2 - 1
     return GaussianScene(
         means=means.float(), quats=torch.randn(n, 4, generator=gen).float(),
