@@ -38,6 +38,12 @@ try {
     await new Promise((r) => setTimeout(r, 40));
   }
   const st = await waitDone(page, timeout);
+  // the renderer sorts splats asynchronously after a level is shown: a last picture once it settled
+  await new Promise((r) => setTimeout(r, 1500));
+  await page.evaluate(() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r))));
+  const file = path.join(args.dir, "final.png");
+  await page.screenshot({ path: file, clip: { x: 0, y: 0, width, height } });
+  shots.push({ level: st.shown.at(-1).level, file, received: st.bytes, settled: true });
   console.log(JSON.stringify({ ...st, shots, wallMs: Date.now() - t0 }));
 } finally {
   await browser.close();
