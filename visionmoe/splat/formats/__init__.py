@@ -89,8 +89,6 @@ def write_any(scene: GaussianScene, path: str | os.PathLike) -> Path:
         return write_compressed_ply(scene, path)
     if fmt == "ply":
         from ..io import write_ply
-        from ._common import check_output_path
 
-        check_output_path(Path(path))
-        return write_ply(scene, path)
+        return write_ply(scene, path)  # through the one atomic writer, which refuses special files
     raise SceneError(f"{path}: cannot write .pgms with write_any; use visionmoe.splat.compress")

@@ -1,51 +1,12 @@
-"""Shared pieces of the scene file formats: atomic writes, the DC colour constant, Morton order."""
+"""Shared pieces of the scene file formats: the DC colour constant, Morton order (files are written
+through ``io.atomic_write``, the one writer)."""
 
 from __future__ import annotations
 
-import os
-import stat
-import tempfile
-from pathlib import Path
-
 import numpy as np
-
-from ..io import SceneError
 
 #: the degree-0 SH basis constant: colour = 0.5 + SH_C0 * f_dc
 SH_C0 = 0.28209479177387814
-
-
-def check_output_path(path: Path) -> None:
-    """Refuse to replace anything that is not a regular file (a device, a FIFO, a symlink, a folder)."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return
-    if not stat.S_ISREG(st.st_mode):
-        raise SceneError(f"{path}: exists and is not a regular file; refusing to replace it")
-
-
-def atomic_write(path: str | os.PathLike, chunks) -> Path:
-    """Write byte chunks to ``path`` atomically: a temp file in the same folder, then a rename.
-
-    The file gets the permissions a plain ``open(path, "w")`` would (``0o666`` less the
-    umask); the temp file is removed on any error or interrupt.
-    """
-    path = Path(path)
-    check_output_path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            for chunk in chunks:
-                f.write(chunk)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
 
 
 def _part1by2(v: np.ndarray) -> np.ndarray:

@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..io import GaussianScene, SceneError
-from ._common import SH_C0, atomic_write
+from ..io import GaussianScene, SceneError, atomic_write_bytes
+from ._common import SH_C0
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ def write_splat(scene: GaussianScene, path: str | os.PathLike) -> Path:
     """Write ``scene`` as an antimatter15 ``.splat`` file, atomically; SH bands above 0 are dropped."""
     if scene.sh_degree > 0:
         logger.info("%s: .splat keeps only the base colour (SH degree %d -> 0)", path, scene.sh_degree)
-    return atomic_write(path, [splat_bytes(scene)])
+    return atomic_write_bytes(path, splat_bytes(scene))
 
 
 def read_splat(path: str | os.PathLike, *, nonfinite: str = "reject") -> GaussianScene:
