@@ -219,6 +219,25 @@ def lying_header_bomb(claim: int = 1 << 28, real: int = 8) -> bytes:
     return pack(secs)
 
 
+def constant_stream_bomb(n0: int = 80_000, child: int = 64) -> bytes:
+    """A *valid* zip bomb: ``n0`` coarse nodes with ``child`` children each, every stream a
+    zstd frame of one repeated symbol (a few dozen bytes whatever the count), the file padded
+    with scale-rotation prototypes to the size at which HEAD's ``total <= 64 x file size``
+    passes. Each node it declares costs a decoder hundreds of bytes: 5M nodes from ~80 KB."""
+    total = n0 + n0 * child
+    secs = [Sec("HEAD", GLOBAL, b""), Sec("CBSR", GLOBAL, b""),
+            Sec("LEVL", 0, coarse_level(n0, child, ZSTD)), Sec("LEVL", 1, fine_level(n0 * child, ZSTD)),
+            Sec("END0", GLOBAL, b"")]
+    k = 1
+    while True:  # prototypes until the file is large enough for HEAD's node rule
+        secs[0].payload = head(num_levels=2, level0=n0, total=total, source=n0 * child, shape_codebook=k)
+        secs[1].payload = f16_stream(SHAPE_ROW * k).pack()
+        data = pack(secs)
+        if 64 * len(data) >= total or k >= 1 << 16:
+            return data
+        k = min(1 << 16, k + (total // 64 - len(data)) // 18 + 1)
+
+
 # --------------------------------------------------------------------------- decoding under limits
 
 _CHILD = r"""

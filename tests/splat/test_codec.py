@@ -37,6 +37,8 @@ def test_ratio_target_within_5_percent(asset, asset_20x):
         target = reference_ply_bytes(scene.num_gaussians, 3) / ratio
         assert 0.95 * target <= res.nbytes <= target, (ratio, res.nbytes, target)
         assert abs(res.ratio / ratio - 1) <= 0.05
+        # what the encoder writes, the decoder takes within its default memory budget
+        assert res.decode_budget_met and res.decode_bytes > 0, (ratio, res.decode_bytes)
 
 
 def test_size_target(asset):

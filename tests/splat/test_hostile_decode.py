@@ -66,6 +66,12 @@ def test_large_valid_decode_is_a_small_multiple_of_the_scene(files, tmp_path):
     p.write_bytes(h.valid_two_level(n0=20_000, child=10))
     r = h.decode_limited(p, files["two_level"])
     assert r["outcome"] == "ok" and r["message"] == "200000", r
+    # the decoder's own estimate, which it checks against the budget, bounds what it really uses
+    from visionmoe.splat.decode import memory_needed
+
+    need = memory_needed(p.read_bytes())
+    r = h.decode_limited(p, files["two_level"], budget=need - 24 * h.MiB)  # less its fixed allowance
+    assert r["outcome"] == "ok", (r, need)
 
 
 def test_child_count_bomb(files, tmp_path):
@@ -184,3 +190,41 @@ def test_info_prints_the_files_version(files, tmp_path):
     r = _splat_cli("info", "--json", p)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["version"] in ("2.0", [2, 0], "2")
+
+
+def test_constant_stream_bomb_is_refused_before_any_allocation(files, tmp_path):
+    """A valid 80 KB file of constant zstd streams declaring 5.2M nodes (64 per byte, what
+    HEAD's node rule lets through) needs over 1 GB to decode: refused from the checked counts,
+    under the file's budget, without allocating."""
+    p = tmp_path / "constant.pgms"
+    p.write_bytes(h.constant_stream_bomb())
+    r = h.decode_limited(p, files["two_level"], timeout=60)
+    assert r["outcome"] == "FormatError" and "max_memory" in r["message"], r
+    assert r["peak"] < 16 * h.MiB, r
+
+
+def test_max_memory_lets_a_trusted_file_decode(tmp_path):
+    """The refusal is a budget, not a format rule: the same kind of file decodes when the
+    caller raises ``max_memory``, and a budget below the need refuses a small valid file."""
+    from visionmoe.splat import DecodeMemoryError
+
+    data = h.constant_stream_bomb(n0=20_000, child=16)  # 340k nodes in ~5 KB: above the 64 MiB floor
+    with pytest.raises(DecodeMemoryError, match="max_memory"):
+        decompress(data)
+    scene = decompress(data, max_memory=1 << 30)
+    assert scene.num_gaussians == 320_000
+    with pytest.raises(DecodeMemoryError):
+        decompress(h.valid_two_level(), max_memory=1 << 20)
+    with pytest.raises(ValueError, match="max_memory"):
+        decompress(h.valid_two_level(), max_memory=0)
+
+
+def test_cli_max_memory(tmp_path):
+    p = tmp_path / "bomb.pgms"
+    p.write_bytes(h.constant_stream_bomb(n0=20_000, child=16))
+    cmd = [sys.executable, "-m", "visionmoe.splat.cli", "decompress", str(p), "-o", str(tmp_path / "x.ply")]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--max-memory" in r.stderr, r.stderr
+    assert not (tmp_path / "x.ply").exists()
+    r = subprocess.run(cmd + ["--max-memory", "1G"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and (tmp_path / "x.ply").is_file(), r.stderr

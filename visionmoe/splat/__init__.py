@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 _EXPORTS = {
     "FormatError": "bitstream",
     "CameraError": "cameras", "Cameras": "cameras", "load_cameras_json": "cameras", "orbit_cameras": "cameras",
-    "CompressResult": "codec", "compress": "codec", "decompress": "codec",
+    "CompressResult": "codec", "compress": "codec", "decompress": "codec", "DecodeMemoryError": "decode",
     "GaussianScene": "io", "SceneError": "io", "read_ply": "io", "write_ply": "io",
     "RenderError": "render", "render": "render",
 }
@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from .bitstream import FormatError
     from .cameras import CameraError, Cameras, load_cameras_json, orbit_cameras
     from .codec import CompressResult, compress, decompress
+    from .decode import DecodeMemoryError
     from .io import GaussianScene, SceneError, read_ply, write_ply
     from .render import RenderError, render
 

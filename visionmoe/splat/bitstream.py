@@ -457,10 +457,12 @@ def read_level(r: StreamReader, n: int, fine: bool, header: Header, tables: Tabl
         m = int(flag.sum())
         sym["sh_flag"] = flag
         if isinstance(cb, ShGrid):
-            cols = [r.ints(f"sh{j}", m, -(1 << 20), 1 << 20) for j in range(3 * cb.coefficients)]
-            sym["sh_q"] = np.zeros((n, cb.coefficients, 3), np.int64)
-            if m:
-                sym["sh_q"][flag.astype(bool)] = np.stack(cols, 1).reshape(m, cb.coefficients, 3)
+            # int32 (|value| <= 2^20), filled a column at a time: K x 3 int64 columns per node
+            # would dominate a decode's memory
+            rows = np.flatnonzero(flag)
+            sym["sh_q"] = np.zeros((n, cb.coefficients, 3), np.int32)
+            for j in range(3 * cb.coefficients):
+                sym["sh_q"][rows, j // 3, j % 3] = r.ints(f"sh{j}", m, -(1 << 20), 1 << 20)
         else:
             sym["sh_idx"] = np.zeros(n, np.int64)
             sym["sh_idx"][flag.astype(bool)] = r.ints("sh_idx", m, 0, len(cb) - 1)

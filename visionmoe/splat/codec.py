@@ -20,7 +20,7 @@ import torch
 
 from . import bitstream as bs
 from .allocator import Preset
-from .decode import decompress
+from .decode import decode_budget, decompress, memory_needed
 from .encoder import prune, refine, rungs
 from .encoder.cut import Encoding
 from .encoder.guards import guard_input
@@ -62,6 +62,12 @@ class CompressResult:
     timings: dict[str, float] = field(default_factory=dict)
     stream_stats: list = field(default_factory=list)
     clamped_log_scales: int = 0  # Gaussians whose log-scales were clamped into [-30, 30] (encoder.guards)
+    decode_bytes: int = 0  # the decoder's peak estimate (decode.memory_needed); see decode_budget_met
+
+    @property
+    def decode_budget_met(self) -> bool:
+        """Whether ``decompress`` takes the file without a raised ``max_memory``."""
+        return self.decode_bytes <= decode_budget(len(self.data))
 
     @property
     def target_met(self) -> bool:
@@ -243,7 +249,7 @@ def _encode(scene: GaussianScene, opts: EncodeOptions, prog: Progress) -> Compre
         data=enc.data, reference_bytes=ref_bytes, target_bytes=target, preset_index=enc.rung.index,
         preset=enc.rung.preset, primitives=sum(enc.terminal), primitives_per_level=enc.terminal,
         coded_per_level=enc.coded, input_gaussians=n_in, pruned=n_in - tree.kept.num_gaussians, proxy_psnr=proxy,
-        timings=times.seconds, stream_stats=enc.stats,
+        timings=times.seconds, stream_stats=enc.stats, decode_bytes=_check_decode_memory(enc.data),
     )
 
 
@@ -296,6 +302,14 @@ def _refine(inp: _Inputs, tree: Tree, enc: Encoding) -> tuple[Tree, Encoding]:
     with inp.times.stage("refine", lambda: f"{'kept' if out is not enc else 'not kept'}, {out.nbytes} bytes"):
         out = refine.refine_checked(tree, enc, job, inp.refs, inp.prog)
     return tree, out
+
+
+def _check_decode_memory(data: bytes) -> int:
+    need = memory_needed(data)
+    if need > decode_budget(len(data)):  # never seen on real scenes (docs/ROBUSTNESS.md); said if it happens
+        logger.warning("decoding this file needs about %d MiB, above the default decode budget for its size: "
+                       "decompress it with max_memory (--max-memory)", need >> 20)
+    return need
 
 
 def _warn_target(opts: EncodeOptions, enc: Encoding, target: int) -> None:

@@ -1,7 +1,12 @@
 """PGMS decoding: .pgms bytes (or a prefix holding the first levels) -> GaussianScene.
 
 Re-exported by :mod:`.codec` as the public ``decompress``; the encoder's render checks decode
-with it too (so it sits below both)."""
+with it too (so it sits below both).
+
+Memory (docs/ROBUSTNESS.md): every count is checked before it sizes anything, the decode's
+peak is estimated from the checked counts before the first level is decoded (and refused above
+the budget), and the finest decoded level is dequantised in chunks straight into the output
+arrays, so a decode holds the symbols of one level, the output and a chunk's temporaries."""
 
 from __future__ import annotations
 
@@ -13,16 +18,49 @@ import torch
 
 from . import bitstream as bs
 from .io import GaussianScene, SceneError
-from .quantize import Parents, dequantize_level
+from .quantize import DecodedLevel, Parents, ShGrid, dequantize_level
 
-__all__ = ["decode_tree", "decompress", "level_node_counts"]
+__all__ = ["DecodeMemoryError", "TRUSTED", "decode_budget", "decode_bytes_needed", "decompress", "level_node_counts",
+           "memory_needed"]
+
+MiB = 1 << 20
+# Nodes dequantised at a time on the decoded scene's last level: bounds the float64 temporaries
+# (parent frames, positions) at a few tens of MB whatever the scene's size.
+CHUNK_NODES = 1 << 15
+# Peak bytes per decoded node above the output, measured with VmPeak (docs/ROBUSTNESS.md):
+# the level's int64 symbols and the previous level's parents. The output itself is 14 + 3 K
+# float32 per node (K view-dependent SH coefficients per channel).
+_WORK_BYTES_PER_NODE = 200
+_GRID_BYTES_PER_COEFFICIENT = 4 * 3  # a per-primitive SH grid's symbols: int32 per channel
+_FIXED_BYTES = 24 * MiB  # stream buffers, codebooks, chunk temporaries
+TRUSTED = 1 << 62  # ``max_memory`` for bytes the caller wrote itself (the encoder's render checks)
 
 
-def decompress(path_or_bytes, level: int | None = None) -> GaussianScene:
+class DecodeMemoryError(bs.FormatError):
+    """A (possibly valid) file that would need more memory to decode than its size justifies:
+    a decompression bomb unless the caller trusts it and raises ``max_memory``."""
+
+
+def decode_budget(file_size: int) -> int:
+    """Bytes a decode of ``file_size`` bytes may need by default: max(64 MiB, 64 x file size)."""
+    return max(64 * MiB, 64 * int(file_size))
+
+
+def decode_bytes_needed(nodes: int, sh_degree: int, grid_coefficients: int = 0) -> int:
+    """The decoder's peak estimate for ``nodes`` decoded nodes (an upper bound, see the measured
+    per-node figures above)."""
+    k_rest = (sh_degree + 1) ** 2 - 1
+    per_node = 4 * (14 + 3 * k_rest) + _WORK_BYTES_PER_NODE + _GRID_BYTES_PER_COEFFICIENT * grid_coefficients
+    return _FIXED_BYTES + nodes * per_node
+
+
+def decompress(path_or_bytes, level: int | None = None, *, max_memory: int | None = None) -> GaussianScene:
     """Decode .pgms (a path, bytes or memoryview) to a GaussianScene at the source's SH degree.
 
     ``level``: decode only pyramid levels 0..level (progressive: a coarser scene; the bytes
-    may be a prefix of the file that holds those levels). Invalid input raises
+    may be a prefix of the file that holds those levels). ``max_memory``: the bytes the decode
+    may need (default :func:`decode_budget` of the input's size); a file that needs more raises
+    :class:`DecodeMemoryError` before anything is allocated. Invalid input raises
     ``bitstream.FormatError`` (a ``SceneError``) saying what is wrong.
     """
     if isinstance(path_or_bytes, (str, os.PathLike)):
@@ -34,18 +72,11 @@ def decompress(path_or_bytes, level: int | None = None) -> GaussianScene:
         data = bytes(path_or_bytes)
     else:
         raise TypeError(f"expected a path or bytes, got {type(path_or_bytes).__name__}")
-    if level is not None and (not isinstance(level, int) or level < 0):
+    if level is not None and (not isinstance(level, int) or isinstance(level, bool) or level < 0):
         raise ValueError(f"level must be a non-negative int or None, got {level!r}")
-    levels, terminal, _header = decode_tree(data, level)
-    parts = []
-    last = len(levels) - 1
-    for lv, (sc, term) in enumerate(zip(levels, terminal)):
-        parts.append(sc if lv == last else sc.subset(torch.from_numpy(term)))
-    out = GaussianScene(**{name: torch.cat([getattr(p, name) for p in parts]) for name in
-                           ("means", "quats", "log_scales", "opacity_logits", "sh_dc", "sh_rest")})
-    if out.num_gaussians == 0:
-        raise bs.FormatError("corrupt .pgms: the decoded scene holds no Gaussians")
-    return out
+    if max_memory is not None and (not isinstance(max_memory, int) or isinstance(max_memory, bool) or max_memory <= 0):
+        raise ValueError(f"max_memory must be a positive int (bytes) or None, got {max_memory!r}")
+    return _decode(data, level, max_memory)
 
 
 def level_node_counts(header: bs.Header, payloads: list[bytes]) -> list[int]:
@@ -72,35 +103,111 @@ def level_node_counts(header: bs.Header, payloads: list[bytes]) -> list[int]:
     return counts
 
 
-def decode_tree(data: bytes | memoryview, level: int | None = None):
-    """Decode .pgms bytes -> (list of per-level decoded scenes, per-level terminal masks, header).
+def memory_needed(data: bytes) -> int:
+    """The decoder's peak estimate for a full decode of ``data`` (compare with
+    :func:`decode_budget`); from the checked counts, nothing decoded."""
+    header, books, payloads = bs.read_container(data)
+    major, _minor = bs.read_preamble(data)
+    tables, _ = bs.read_tables(header, books, major)
+    grid = tables.sh_codebook.coefficients if isinstance(tables.sh_codebook, ShGrid) else 0
+    return decode_bytes_needed(sum(level_node_counts(header, payloads)), header.sh_degree, grid)
 
-    ``level``: stop after that pyramid level (progressive decoding); None decodes all.
-    Every node count is checked (against HEAD, the level sections' stream headers and the
-    previous level's child counts) before any array is sized by it (docs/ROBUSTNESS.md)."""
+
+def _check_memory(header: bs.Header, tables, nodes: int, file_size: int, max_memory: int | None) -> None:
+    grid = tables.sh_codebook.coefficients if isinstance(tables.sh_codebook, ShGrid) else 0
+    need = decode_bytes_needed(nodes, header.sh_degree, grid)
+    limit = decode_budget(file_size) if max_memory is None else max_memory
+    if need > limit:
+        why = ("the limit for a file of this size, max(64 MiB, 64 x its size)" if max_memory is None
+               else "max_memory")
+        raise DecodeMemoryError(f"decoding {nodes} nodes from {file_size} bytes needs about {need / MiB:.0f} MiB, "
+                                f"more than {why} ({limit / MiB:.0f} MiB); raise max_memory (--max-memory) "
+                                "only for a file you trust")
+
+
+def _check_children(cc: np.ndarray, lv: int, fine: bool, counts: list[int]) -> None:
+    """A level's child counts must add up to the next level's node count before anything is
+    expanded by them."""
+    where, children = f"level {lv}", int(cc.sum())
+    if fine and children:
+        raise bs.FormatError(f"{where}: the finest level declares children")
+    if not fine and lv + 1 < len(counts) and children != counts[lv + 1]:
+        raise bs.FormatError(f"{where}: child counts add up to {children}, level {lv + 1} holds {counts[lv + 1]} nodes")
+    if not fine and children == 0:
+        raise bs.FormatError(f"{where}: no node has children, but level {lv + 1} follows")
+
+
+class _Output:
+    """The decoded scene's arrays, allocated once and filled level by level (no final copy)."""
+
+    def __init__(self, n: int, k_rest: int):
+        self.means = np.empty((n, 3), np.float32)
+        self.quats = np.empty((n, 4), np.float32)
+        self.log_scales = np.empty((n, 3), np.float32)
+        self.opacity = np.empty(n, np.float32)
+        self.dc = np.empty((n, 3), np.float32)
+        self.rest = np.empty((n, k_rest, 3), np.float32)
+
+    def put(self, at: int, dec: DecodedLevel, rows=slice(None)) -> int:
+        """Write ``dec``'s ``rows`` at row ``at``; -> the next free row."""
+        means = dec.means[rows]
+        end = at + len(means)
+        self.means[at:end] = means
+        self.quats[at:end] = dec.quats[rows]
+        self.log_scales[at:end] = dec.log_scales[rows]
+        if dec.op_logit is not None:
+            self.opacity[at:end] = dec.op_logit[rows]
+        else:
+            a = dec.alpha[rows].astype(np.float64)
+            self.opacity[at:end] = np.log(a / (1 - a))
+        self.dc[at:end] = dec.dc[rows]
+        self.rest[at:end] = dec.rest[rows]
+        return end
+
+    def scene(self) -> GaussianScene:
+        t = torch.from_numpy
+        return GaussianScene(means=t(self.means), quats=t(self.quats), log_scales=t(self.log_scales),
+                             opacity_logits=t(self.opacity), sh_dc=t(self.dc), sh_rest=t(self.rest))
+
+
+def _decode(data: bytes, level: int | None, max_memory: int | None) -> GaussianScene:
     header, books, payloads = bs.read_container(data, level)
     major, _minor = bs.read_preamble(data)
     counts = level_node_counts(header, payloads)
     tables, shape_table = bs.read_tables(header, books, major)
+    stop = len(payloads) - 1 if level is None else min(level, len(payloads) - 1)
+    _check_memory(header, tables, sum(counts[: stop + 1]), len(data), max_memory)
     k_rest = (header.sh_degree + 1) ** 2 - 1
     fine_level = header.num_levels - 1
-    decoded_levels, terminal = [], []
-    stop = len(payloads) - 1 if level is None else min(level, len(payloads) - 1)
-    parents = Parents.root(header.origin, counts[0])
+    kept: list[tuple[DecodedLevel, np.ndarray]] = []  # the coarse levels' terminal nodes
+    prev, parent_row = None, None  # the previous level (as parents) and each node's row in it
+
+    def parents(a: int, b: int) -> Parents:
+        return Parents.root(header.origin, b - a) if prev is None else prev.take(parent_row[a:b])
+
+    def dequantize(sym: dict, a: int, b: int, fine: bool, where: str) -> DecodedLevel:
+        part = sym if (a, b) == (0, len(sym["op"])) else {k: v[a:b] for k, v in sym.items()}
+        return dequantize_level(part, parents(a, b), fine, header.quant, tables, shape_table, k_rest, major, where)
+
     for lv in range(stop + 1):
-        n, where, fine = counts[lv], f"level {lv}", lv == fine_level
+        n, fine, where = counts[lv], lv == fine_level, f"level {lv}"
         sym = bs.read_level(bs.StreamReader(payloads[lv], where), n, fine, header, tables)
-        dec = dequantize_level(sym, parents, fine, header.quant, tables, shape_table, k_rest, major, where)
         cc = sym["child_count"]
-        decoded_levels.append(dec.to_scene())
-        terminal.append(cc == 0)
-        children = int(cc.sum())
-        if fine and children:
-            raise bs.FormatError(f"{where}: the finest level declares children")
-        if not fine and lv + 1 < len(counts) and children != counts[lv + 1]:
-            raise bs.FormatError(f"{where}: child counts add up to {children}, level {lv + 1} holds {counts[lv + 1]} nodes")
-        if not fine and children == 0:
-            raise bs.FormatError(f"{where}: no node has children, but level {lv + 1} follows")
-        if lv < stop:  # the encoder's closed loop sees float32 parents
-            parents = Parents.of(dec, np.repeat(np.arange(n), cc))
-    return decoded_levels, terminal, header
+        _check_children(cc, lv, fine, counts)
+        if lv < stop:
+            dec = dequantize(sym, 0, n, fine, where)
+            kept.append((dec, np.flatnonzero(cc == 0)))
+            # the encoder's closed loop sees float32 parents
+            prev, parent_row = Parents.of(dec, slice(None)), np.repeat(np.arange(n, dtype=np.int64), cc)
+            continue
+        out = _Output(sum(len(rows) for _, rows in kept) + n, k_rest)
+        at = 0
+        for dec, rows in kept:
+            at = out.put(at, dec, rows)
+        kept.clear()
+        for a in range(0, n, CHUNK_NODES):
+            at = out.put(at, dequantize(sym, a, min(n, a + CHUNK_NODES), fine, where))
+    scene = out.scene()
+    if scene.num_gaussians == 0:
+        raise bs.FormatError("corrupt .pgms: the decoded scene holds no Gaussians")
+    return scene

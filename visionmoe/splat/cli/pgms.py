@@ -33,6 +33,12 @@ def _size(text: str) -> int:
     return int(value)
 
 
+def _add_max_memory(p) -> None:
+    p.add_argument("--max-memory", type=_size, default=None, metavar="BYTES",
+                   help="memory a decode may use (suffixes k, M, G; default max(64 MiB, 64 x the file's size): "
+                        "a larger need is refused as a decompression bomb; raise it only for files you trust)")
+
+
 def _ratio(text: str) -> float:
     try:
         value = float(text)
@@ -158,6 +164,9 @@ def cmd_compress(args) -> int:
             print(f"note: the file is {res.nbytes / res.target_bytes:.1%} of the target of {res.target_bytes} bytes, "
                   f"outside the 5% window" + ("" if res.nbytes > res.target_bytes else
                                             "; it is the best-rendering encoding found under the target"))
+        if not res.decode_budget_met:
+            print(f"note: decoding needs about {res.decode_bytes >> 20} MiB, above the default budget for a file "
+                  "of this size: decompress it with --max-memory")
     return 0
 
 
@@ -175,6 +184,7 @@ def add_decompress_parser(subparsers) -> None:
     p.add_argument("--format", choices=("ply", "splat", "compressed.ply"), default=None,
                    help="output format with several inputs (default ply); one output takes it from its name")
     p.add_argument("--level", type=int, default=None, help="decode only pyramid levels 0..LEVEL (coarser scene)")
+    _add_max_memory(p)
     p.set_defaults(func=cmd_decompress)
 
 
@@ -190,7 +200,7 @@ def cmd_decompress(args) -> int:
             raise CLIError(f"output {out}: decompress writes .ply, .splat or .compressed.ply")
     for inp, out in progress_over(pairs, args.quiet, "decompress"):
         t = time.perf_counter()
-        scene = decompress(inp, level=args.level)
+        scene = decompress(inp, level=args.level, max_memory=args.max_memory)
         elapsed = time.perf_counter() - t
         write_any(scene, out)
         print(f"wrote {out}: {scene.num_gaussians} Gaussians, SH degree {scene.sh_degree}, decoded in {elapsed:.2f} s")
@@ -217,6 +227,7 @@ def add_eval_parser(subparsers) -> None:
                    help="of the encoder's own views, how many to score apart, labelled 'seen' (default 8; 0: none)")
     p.add_argument("--eval-size", type=positive_int, default=512, help="comparison view size in pixels (default 512)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    _add_max_memory(p)
     p.set_defaults(func=cmd_eval)
 
 
@@ -259,7 +270,7 @@ def cmd_eval(args) -> int:
         data = _compress(args, scene, cameras=train).data
         encode_s = time.perf_counter() - t
     t = time.perf_counter()
-    dec = decompress(data)
+    dec = decompress(data, max_memory=args.max_memory)
     decode_s = time.perf_counter() - t
     try:
         rep = evaluate_decoded(scene, dec, eval_cams, enc_cams, seen_views=args.seen_views)
