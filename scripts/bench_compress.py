@@ -216,7 +216,8 @@ def main() -> int:
             mcams = cams if tr is None else transform_cameras(cams, tr.rotation, tr.translation, tr.scale)
             label = "original" if tr is None else tr.name
             t = time.perf_counter()
-            res = compress(moved, ratio=args.invariance_target)
+            up = torch.tensor([0.0, -1.0, 0.0], dtype=torch.float64)
+            res = compress(moved, ratio=args.invariance_target, up=up if tr is None else tr.rotation @ up)
             enc = time.perf_counter() - t
             mref = render_all(moved, mcams)
             p = float(psnr(render_all(decompress(res.data), mcams), mref))

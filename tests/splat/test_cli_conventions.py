@@ -126,6 +126,19 @@ def test_nan_error_names_the_flag(tmp_path):
     assert not (tmp_path / "nan.pgms").exists()
 
 
+def test_up_option(work, tmp_path):
+    """--up takes an axis name or three numbers; anything else is one error line, nothing written."""
+    src = next(iter(sorted(work.glob("*.ply"))))
+    for up in ("+z", "0,0.2,1"):
+        r = splat_cli("compress", src, "-o", tmp_path / "u.pgms", "-w", "--up", up, "--ratio", "4", *FAST)
+        assert r.returncode == 0, r.stderr
+    for bad in ("sideways", "0,0,0", "1,2"):  # argparse's usage, then its one error line
+        r = splat_cli("compress", src, "-o", tmp_path / "bad.pgms", f"--up={bad}", *FAST)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        assert "error: argument --up" in r.stderr.strip().splitlines()[-1], r.stderr
+    assert not (tmp_path / "bad.pgms").exists()
+
+
 # --------------------------------------------------------------------------- output safety
 
 def test_fifo_is_not_replaced(work, tmp_path):

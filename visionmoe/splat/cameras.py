@@ -16,7 +16,8 @@ import torch
 
 __all__ = [
     "Cameras", "CameraError", "SceneFrame", "load_cameras_json", "orbit_cameras", "look_at", "scene_frame",
-    "sphere_directions", "frame_cameras", "transform_cameras", "pose_distance", "coverage_cameras",
+    "sphere_directions", "frame_cameras", "transform_cameras", "pose_distance", "coverage_cameras", "up_vector",
+    "plane_basis",
 ]
 
 # Near and far clip planes as multiples of the scene size (see :class:`SceneFrame`): a 0.2-unit
@@ -135,7 +136,7 @@ def look_at(eye: torch.Tensor, target: torch.Tensor, up: torch.Tensor) -> torch.
 _AXES = {"x": 0, "y": 1, "z": 2}
 
 
-def _up_vector(up) -> torch.Tensor:
+def up_vector(up) -> torch.Tensor:
     if isinstance(up, str):
         name = up.strip().lower()
         sign = -1.0 if name.startswith("-") else 1.0
@@ -200,7 +201,7 @@ def orbit_cameras(
         size = float(dist[order[idx]])
         if not size > 0:
             size = 1.0
-    up_v = _up_vector(up)
+    up_v = up_vector(up)
     # Orthonormal basis of the orbit plane (perpendicular to up).
     helper = torch.tensor([1.0, 0.0, 0.0], dtype=torch.float64)
     if abs(float(helper @ up_v)) > 0.9:
@@ -323,7 +324,7 @@ def scene_frame(scene, *, quantile: float = 0.9, up="-y") -> SceneFrame:
     weights = torch.sigmoid(scene.opacity_logits.detach().to("cpu", torch.float64))
     ok = torch.isfinite(means).all(-1) & torch.isfinite(weights) & (weights > 0)
     means, weights = means[ok], weights[ok]
-    up_v = _up_vector(up)
+    up_v = up_vector(up)
     if means.shape[0] == 0 or float(weights.sum()) <= 0:
         return SceneFrame(torch.zeros(3, dtype=torch.float64), 1.0, up_v, torch.eye(3, dtype=torch.float64))
     centre = (weights[:, None] * means).sum(0) / weights.sum()
@@ -367,8 +368,8 @@ def sphere_directions(num: int, *, min_elevation_deg: float = -90.0, max_elevati
     if not -90.0 <= min_elevation_deg <= max_elevation_deg <= 90.0:
         raise CameraError(f"elevations must satisfy -90 <= min <= max <= 90, got {min_elevation_deg!r}, "
                           f"{max_elevation_deg!r}")
-    up_v = _up_vector(up)
-    e1, e2 = _plane_basis(up_v, azimuth_origin)
+    up_v = up_vector(up)
+    e1, e2 = plane_basis(up_v, azimuth_origin)
     g = None if seed is None else torch.Generator().manual_seed(int(seed))
     lo, hi = math.sin(math.radians(min_elevation_deg)), math.sin(math.radians(max_elevation_deg))
     i = torch.arange(num, dtype=torch.float64)
@@ -382,7 +383,7 @@ def sphere_directions(num: int, *, min_elevation_deg: float = -90.0, max_elevati
     return (r * az.cos())[:, None] * e1 + (r * az.sin())[:, None] * e2 + h[:, None] * up_v
 
 
-def _plane_basis(up_v: torch.Tensor, origin=None) -> tuple[torch.Tensor, torch.Tensor]:
+def plane_basis(up_v: torch.Tensor, origin=None) -> tuple[torch.Tensor, torch.Tensor]:
     if origin is not None:
         o = torch.as_tensor(origin, dtype=torch.float64).reshape(3)
         o = o - (o @ up_v) * up_v

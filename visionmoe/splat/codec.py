@@ -119,6 +119,7 @@ def compress(
     contributions: torch.Tensor | None = None,
     num_views: int = 16,
     view_size: int = 256,
+    up="-y",
     preset: tuple[int, int] | None = None,
     refine_steps: int | None = None,
     prune_threshold: float = 1 / 255,
@@ -134,7 +135,9 @@ def compress(
     float32 .ply), ``size`` (bytes), or ``psnr`` (dB, render vs render on the contribution
     views; found by bisection on the size). ``cameras``: a ``Cameras`` for contributions (and
     the PSNR search), default ``num_views`` orbit views of ``view_size`` pixels at 20 degrees of
-    elevation plus half as many at 45 and at 0 (``contribution.default_cameras``).
+    elevation plus half as many at 45 and at 0 (``contribution.default_cameras``), fixed to the
+    scene's own frame about ``up`` (a world direction or ``"+z"``-style axis; default ``-y``,
+    the INRIA/COLMAP convention): turn the scene and ``up`` together and the views turn with it.
     ``device``: where every render of the encode runs (contributions, checks, pruning search,
     refinement); None picks CUDA when torch sees a GPU. The codec itself runs on the CPU. On
     CUDA the bytes are reproducible only to rounding (float atomics); the CPU is bit-exact.
@@ -155,7 +158,7 @@ def compress(
     (needs ``verify_views`` > 0; not used with ``psnr=`` or ``preset=``).
     """
     opts = EncodeOptions(ratio=ratio, size=size, psnr=psnr, cameras=cameras, device=device,
-                         contributions=contributions, num_views=num_views, view_size=view_size, preset=preset,
+                         contributions=contributions, num_views=num_views, view_size=view_size, up=up, preset=preset,
                          refine_steps=refine_steps, prune_threshold=prune_threshold, verify_views=verify_views,
                          verify_candidates=verify_candidates, prune_search=prune_search, seed=seed)
     prog = Progress(progress)
@@ -189,7 +192,7 @@ def _contributions(scene: GaussianScene, opts: EncodeOptions, prog: Progress):
     if cameras is None and need:
         from .contribution import default_cameras
 
-        cameras = default_cameras(scene, num_views=opts.num_views, size=opts.view_size)
+        cameras = default_cameras(scene, num_views=opts.num_views, size=opts.view_size, up=opts.up)
     known = {}
     contributions = opts.contributions
     if contributions is None:

@@ -25,17 +25,19 @@ __all__ = ["default_cameras", "image_contributions", "prune"]
 _RINGS = ((20.0, 1.0), (45.0, 0.5), (0.0, 0.5))
 
 
-def default_cameras(scene: GaussianScene, *, num_views: int = 16, size: int = 256):
+def default_cameras(scene: GaussianScene, *, num_views: int = 16, size: int = 256, up="-y"):
     """Orbit views around the scene (the renderer's ``orbit_cameras``) at ``size`` x ``size``:
-    ``num_views`` at 20 degrees of elevation, then half as many (at least one) at 45 and at 0."""
+    ``num_views`` at 20 degrees of elevation above the plane perpendicular to ``up`` (default
+    ``-y``, the INRIA/COLMAP convention; ``"+z"`` for z-up captures, or a 3-vector), then half
+    as many (at least one) at 45 and at 0."""
     from .cameras import Cameras, orbit_cameras, scene_frame
 
     # clip planes scale with the scene (an absolute near plane of 0.01 culled every Gaussian of
     # a 1e-3-unit copy of a scene: 27.4 instead of 33.3 dB in tests/splat/test_invariance.py)
-    frame = scene_frame(scene)
+    frame = scene_frame(scene, up=up)
     return Cameras.concat(
         orbit_cameras(scene, num_views=max(1, round(num_views * share)), width=size, height=size, elevation_deg=elev,
-                      near=frame.near, far=frame.far)
+                      up=up, near=frame.near, far=frame.far)
         for elev, share in _RINGS
     )
 

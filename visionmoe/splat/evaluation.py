@@ -108,16 +108,16 @@ def split_cameras(cameras: Cameras, every: int = HOLDOUT_EVERY) -> CameraSplit:
 
 
 def encoder_cameras(scene: GaussianScene, cameras: Cameras | None = None, *, num_views: int = 16,
-                    view_size: int = 256) -> Cameras:
+                    view_size: int = 256, up="-y") -> Cameras:
     """The poses the encoder renders for ``compress(scene, cameras=cameras, num_views=...,
-    view_size=...)``: ``cameras`` when given, else its default views. Its refinement and
+    view_size=..., up=...)``: ``cameras`` when given, else its default views. Its refinement and
     verification views are these poses (at other pixel sizes), so a check against them covers
     every view the encoder saw."""
     if cameras is not None:
         return cameras
     from .contribution import default_cameras
 
-    return default_cameras(scene, num_views=num_views, size=view_size)
+    return default_cameras(scene, num_views=num_views, size=view_size, up=up)
 
 
 def check_disjoint(eval_cameras: Cameras, seen_cameras: Cameras, scale: float,

@@ -39,6 +39,22 @@ def _add_max_memory(p) -> None:
                         "a larger need is refused as a decompression bomb; raise it only for files you trust)")
 
 
+def _up(text: str):
+    from ..cameras import CameraError, up_vector
+
+    value = text.strip()
+    if "," in value:
+        try:
+            value = [float(x) for x in value.split(",")]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected +x,-x,+y,-y,+z,-z or three numbers x,y,z, got {text!r}") from None
+    try:
+        up_vector(value)
+    except CameraError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
+
+
 def _ratio(text: str) -> float:
     try:
         value = float(text)
@@ -84,6 +100,9 @@ def _add_target(p) -> None:
     p.add_argument("--views", type=positive_int, default=16, help="orbit views for contributions at 20 degrees, plus half as many at 45 and at 0 (default 16)")
     p.add_argument("--view-size", type=positive_int, default=256, help="contribution view size in pixels (default 256)")
     p.add_argument("--cameras", help="INRIA cameras.json to use instead of orbit views")
+    p.add_argument("--up", type=_up, default="-y",
+                   help="the scene's up direction for the orbit views: +x,-x,+y,-y,+z,-z or x,y,z (default -y, "
+                        "the INRIA/COLMAP convention; +z for z-up captures)")
     p.add_argument("--device", default=None,
                    help="device for the encoder's renders (cpu, cuda, cuda:N; default: cuda if present; "
                         "cpu gives bit-exact bytes)")
@@ -109,7 +128,7 @@ def _compress(args, scene, cameras=None):
         cameras = load_cameras_json(args.cameras, width=args.view_size, height=args.view_size)
     return compress(
         scene, ratio=args.ratio, size=args.size, psnr=args.psnr, cameras=cameras, device=args.device,
-        num_views=args.views, view_size=args.view_size, preset=args.preset, progress=not args.quiet,
+        num_views=args.views, view_size=args.view_size, up=args.up, preset=args.preset, progress=not args.quiet,
         refine_steps=args.refine_steps, prune_search=args.prune_search,
     )
 
@@ -252,9 +271,9 @@ def cmd_eval(args) -> int:
         train = load_cameras_json(args.cameras, width=args.view_size, height=args.view_size)[split.train_index]
         where = f"{len(eval_cams)} held-out cameras (every {HOLDOUT_EVERY}th of {args.cameras})"
     else:
-        eval_cams = heldout_cameras(scene, num_views=args.eval_views, size=args.eval_size)
+        eval_cams = heldout_cameras(scene, num_views=args.eval_views, size=args.eval_size, up=args.up)
         where = f"{len(eval_cams)} held-out views"
-    enc_cams = encoder_cameras(scene, train, num_views=args.views, view_size=args.view_size)
+    enc_cams = encoder_cameras(scene, train, num_views=args.views, view_size=args.view_size, up=args.up)
     encode_s = None
     if args.compressed:
         cp = Path(args.compressed)

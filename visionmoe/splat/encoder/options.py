@@ -23,6 +23,7 @@ class EncodeOptions:
     contributions: torch.Tensor | None = None
     num_views: int = 16
     view_size: int = 256
+    up: object = "-y"
     preset: tuple[int, int] | None = None
     refine_steps: int | None = None
     prune_threshold: float = 1 / 255
@@ -49,7 +50,13 @@ class EncodeOptions:
             raise ValueError(f"prune_search must be an int >= 0, got {self.prune_search!r}")
         if self.refine_steps is not None and not (isinstance(self.refine_steps, int) and self.refine_steps >= 0):
             raise ValueError(f"refine_steps must be None (auto) or an int >= 0, got {self.refine_steps!r}")
+        from ..cameras import CameraError, up_vector
         from ..render import resolve_device
+
+        try:
+            up_vector(self.up)
+        except CameraError as exc:
+            raise ValueError(str(exc)) from None
 
         self.device = resolve_device(self.device)
 
