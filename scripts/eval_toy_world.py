@@ -32,6 +32,7 @@ from visionmoe.video.toy_world import TOY_WORLD_DEFAULTS, toy_world_adapter_path
 
 CONTROLS = {"fade 0.7": lambda f: M.fade_object(f, 0.7), "shrink 1 px": M.shrink_object,
             "hide 4 frames": lambda f: M.hide_object(f, (6, 7, 8, 9)), "drop 2 frames": M.drop_frames,
+            "skip 2 frames": M.skip_frames,
             "freeze at 9": lambda f: M.freeze_motion(f, 9)}
 
 

@@ -31,6 +31,7 @@ CONTROLS = {
     "shrink": lambda f: M.shrink_object(f, 1),
     "hide": lambda f: M.hide_object(f, (6, 7, 8, 9)),
     "drop": lambda f: M.drop_frames(f, 2, seed=0),
+    "skip": lambda f: M.skip_frames(f, 2, seed=0),
     "freeze": lambda f: M.freeze_motion(f, 9),
     "freeze_early": lambda f: M.freeze_motion(f, 3),
 }
@@ -139,3 +140,19 @@ def test_a_ball_frozen_in_the_air_fails():
     for s in range(6):  # the simulator's own clips never stall
         for sc in ("free_fall", "bounce"):
             assert not E.score_clip(generate_clip(sc, s).frames)["failed"], (sc, s)
+
+
+def test_a_clip_with_missing_frames_fails(control_rows):
+    """A shorter clip than the base's (the generator was asked for the same frames) fails."""
+    s = E.summarize({"orig": control_rows["orig"], "drop": control_rows["drop"]}, "orig", None)
+    assert s.arms["drop"].failure_rate.mean == 1.0 and s.arms["drop"].failures.get("frames missing") == len(control_rows["drop"])
+    assert all(r["num_frames"] == 17 for r in control_rows["skip"])  # skipping keeps the length
+
+
+def test_trajectory_distance_compares_whole_tracks(control_rows):
+    """Identical tracks are at distance 0 from themselves; a lost frame counts a frame height."""
+    rows = control_rows["orig"]
+    assert E.trajectory_distance(rows, rows).mean == pytest.approx(0.0, abs=1e-12)
+    assert E.trajectory_distance(control_rows["hide"], rows).mean > 0.01
+    with pytest.raises(ValueError, match="older evaluation"):
+        E.trajectory_distance([{k: v for k, v in rows[0].items() if k != "track"}], rows)

@@ -7,16 +7,15 @@ Three headline scores per arm, each read next to its guards:
   contrast-independent track of :func:`metrics.guarded_track`.
 - ``jerk_rel`` (1/frame^2, lower is better): the scale-free jerk of that track
   (:func:`metrics.scale_free_jerk`).
-- ``trajectory_distance`` (lower is better): the energy distance between the arm's per-clip
-  trajectory descriptors (fitted acceleration, vertical range, mean speed, number of fitted
-  segments; standardised by the simulator's clips) and the simulator's own: a distance to
-  the distribution of physical trajectories, not a lower-is-better score a still or faint
-  object could game.
+- ``trajectory_distance`` (lower is better): the energy distance between the arm's tracks
+  (the whole ``[F, 2]`` track relative to its start, in frame heights; frames without the
+  object a frame height away) and the simulator's: a distance to the distribution of
+  physical trajectories, not a lower-is-better score a still or faint object could game.
 
 **Failures are never dropped.** A clip fails when its object is lost (found in fewer than
 ``min_tracked`` of the frames), does not move (vertical range under 3 px), stalls
-(4 consecutive frame steps slower than 0.25 px/frame) or a headline is
-undefined. Every arm reports its failure rate; a failed clip scores the worst value observed
+(4 consecutive frame steps slower than 0.25 px/frame), a headline is undefined, or it has
+fewer frames than the base arm's clip of the same prompt and seed. Every arm reports its failure rate; a failed clip scores the worst value observed
 for that headline over all arms and clips of the evaluation (and the descriptor of a still,
 absent object in the distance), so a vanished ball costs the arm instead of leaving the
 comparison.
@@ -62,7 +61,6 @@ GUARDS: Tuple[Tuple[str, str], ...] = (
     ("color_ok", "captioned colour (share)"),
 )
 SHARES = ("color_ok", "failed")
-DESCRIPTOR = ("gravity_accel", "vertical_range", "mean_speed", "num_segments")
 
 
 @dataclass
@@ -106,6 +104,17 @@ def object_color(frames: np.ndarray) -> Optional[str]:
     return names[int(np.bincount((a @ q.T).argmax(1), minlength=len(names)).argmax())]
 
 
+def track_shape(positions: np.ndarray, height: int) -> List[float]:
+    """The trajectory as the distance compares it: ``[F, 2]`` positions relative to the first
+    frame the object is found in, in frame heights, flattened; frames without the object are
+    NaN (:func:`trajectory_distance` puts them a frame height away)."""
+    p = np.asarray(positions, np.float64)
+    found = ~np.isnan(p).any(1)
+    if not found.any():
+        return [float("nan")] * p.size
+    return ((p - p[int(np.argmax(found))]) / float(height)).reshape(-1).tolist()
+
+
 def score_clip(frames, color: Optional[str] = None, settings: Optional[EvalSettings] = None) -> Dict[str, Any]:
     """Headlines, guards, trajectory descriptor and failure of one clip (``[F, H, W, 3]`` uint8).
 
@@ -129,6 +138,8 @@ def score_clip(frames, color: Optional[str] = None, settings: Optional[EvalSetti
     speed = np.linalg.norm(v[~np.isnan(v).any(1)], axis=1)
     row.update(gravity_accel=float(fit.accel), vertical_range=vrange,
                mean_speed=float(speed.mean()) if len(speed) else 0.0, num_segments=float(fit.num_segments))
+    row["num_frames"] = float(F)
+    row["track"] = track_shape(tr.positions, frames.shape[1])
     reasons = []
     if _stalled(tr.positions, st):
         reasons.append("stalled")
@@ -219,11 +230,16 @@ def guarded_values(rows: List[Dict], key: str, worst: float) -> np.ndarray:
     return np.asarray([worst if r["failed"] or not np.isfinite(r[key]) else r[key] for r in rows], np.float64)
 
 
-def _descriptors(rows: List[Dict]) -> np.ndarray:
-    d = np.asarray([[r[k] for k in DESCRIPTOR] for r in rows], np.float64)
-    lost = np.asarray([bool(r["failed"]) for r in rows])
-    d[lost] = 0.0  # a lost or still object: no fall, no motion
-    return np.nan_to_num(d, nan=0.0)
+def _descriptors(rows: List[Dict], length: int) -> np.ndarray:
+    """[clips, length]: each clip's :func:`track_shape`; a frame without the object (lost, or
+    missing from a shorter clip) counts a frame height away from the start."""
+    d = np.ones((len(rows), length), np.float64)
+    for i, r in enumerate(rows):
+        if "track" not in r:
+            raise ValueError("a clip row without 'track' comes from an older evaluation: score the clips again")
+        t = np.asarray(r["track"], np.float64)[:length]
+        d[i, : len(t)] = np.nan_to_num(t, nan=1.0)
+    return d
 
 
 def energy_distance(x: np.ndarray, y: np.ndarray) -> float:
@@ -235,13 +251,14 @@ def energy_distance(x: np.ndarray, y: np.ndarray) -> float:
 
 
 def trajectory_distance(rows: List[Dict], reference: List[Dict], rng=None, n_boot: int = 0) -> Stat:
-    """Energy distance of the arm's trajectory descriptors to the reference (simulator) clips,
-    standardised by the reference; bootstrap over the arm's clips when ``n_boot``."""
-    ref = _descriptors(reference)
-    mu = ref.mean(0)
-    sd = np.maximum(ref.std(0), 0.1 * np.abs(mu) + 0.05)  # a feature constant in the reference stays finite
-    ref = (ref - mu) / sd
-    x = np.clip((_descriptors(rows) - mu) / sd, -20, 20)
+    """Energy distance between the arm's trajectories (:func:`track_shape`: the whole track, in
+    frame heights from its start) and the reference (simulator) clips'; bootstrap over the arm's
+    clips when ``n_boot``. Whole tracks, not summary statistics: with four per-clip statistics
+    (fitted acceleration, vertical range, mean speed, segments) fading, shrinking or skipping
+    frames moved the generator's clips 7-9% closer to the simulator; with tracks none does."""
+    length = max(len(r.get("track", ())) for r in list(rows) + list(reference))
+    ref = _descriptors(reference, length)
+    x = _descriptors(rows, length)
     d = energy_distance(x, ref)
     if not n_boot:
         return Stat(d, d, d, len(rows))
@@ -307,6 +324,7 @@ def summarize(per_clip: Dict[str, List[Dict]], base: str = "base", reference: Op
     st = settings or EvalSettings()
     if base not in per_clip:
         raise ValueError(f"base arm {base!r} not among the arms {sorted(per_clip)}")
+    per_clip = _mark_missing_frames(per_clip, base)
     rng = np.random.default_rng(st.seed)
     worst = worst_values(per_clip)
     ref = per_clip.get(reference) if reference else None
@@ -342,6 +360,25 @@ def summarize(per_clip: Dict[str, List[Dict]], base: str = "base", reference: Op
         if ref is not None:
             dchanges[name] = _distance_change(b, rows, ref, rng, min(st.n_boot, 500))
     return Summary(arms, changes, dchanges, worst, base, reference)
+
+
+def _mark_missing_frames(per_clip: Dict[str, List[Dict]], base: str) -> Dict[str, List[Dict]]:
+    """A clip with fewer frames than the base's clip of the same prompt and seed fails
+    ("frames missing"): the generator was asked for the same number of frames, and a track
+    two frames shorter fitted a parabola 8% better on the base clips' own frames."""
+    b = per_clip[base]
+    out = {}
+    for name, rows in per_clip.items():
+        if name == base or len(rows) != len(b):
+            out[name] = rows
+            continue
+        new_rows = []
+        for r, rb in zip(rows, b):
+            if r.get("num_frames", 0) < rb.get("num_frames", 0) and "frames missing" not in r["failure"]:
+                r = dict(r, failed=1.0, failure=",".join(filter(None, [r["failure"], "frames missing"])))
+            new_rows.append(r)
+        out[name] = new_rows
+    return out
 
 
 def _distance_change(base_rows, rows, ref, rng, n_boot) -> Change:

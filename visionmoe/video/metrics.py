@@ -122,6 +122,14 @@ def drop_frames(frames: np.ndarray, num: int = 2, seed: int = 0) -> np.ndarray:
     return frames[keep]
 
 
+def skip_frames(frames: np.ndarray, num: int = 2, seed: int = 0) -> np.ndarray:
+    """:func:`drop_frames` with the length kept: the motion jumps over ``num`` random interior
+    frames and the last frame is held ``num`` more times (what a generator that loses time
+    would output when asked for a fixed number of frames)."""
+    kept = drop_frames(frames, num, seed)
+    return np.concatenate([kept, np.repeat(kept[-1:], len(frames) - len(kept), axis=0)])
+
+
 def _background(frames: np.ndarray) -> np.ndarray:
     return np.median(frames.astype(np.float32), axis=0)
 
