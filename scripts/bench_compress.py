@@ -208,7 +208,8 @@ def main() -> int:
                    target_met=res.target_met, stage_s={k: round(v, 2) for k, v in res.timings.items()})
             print("  " + stage_breakdown(res.timings))
             if not res.target_met:
-                print(f"  rate: {res.nbytes} bytes for a target of {res.target_bytes} ({res.nbytes / res.target_bytes:.3f})")
+                print(f"  rate: {res.nbytes} bytes for a target of {res.target_bytes} ({res.nbytes / res.target_bytes:.3f}): "
+                      f"{res.target_note}")
         # the scene itself and its transformed copies, each compressed on its own, scored on the
         # held-out views moved with it (the same images, were PGMS invariant)
         for tr in [None, *invariance_transforms(frame, args.invariance)] if args.invariance else []:

@@ -39,6 +39,7 @@ def test_ratio_target_within_5_percent(asset, asset_20x):
         assert abs(res.ratio / ratio - 1) <= 0.05
         # what the encoder writes, the decoder takes within its default memory budget
         assert res.decode_budget_met and res.decode_bytes > 0, (ratio, res.decode_bytes)
+        assert res.target_note == "" and res.summary()["target_note"] == ""
 
 
 def test_size_target(asset):

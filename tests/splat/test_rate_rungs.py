@@ -73,3 +73,13 @@ def test_coarsest_rungs_keep_every_leaf_when_they_fit():
     assert full.primitives == 800
     dec = decompress(full.data)
     assert dec.num_gaussians == 800 and torch.isfinite(dec.sh_dc).all()
+
+
+def test_a_missed_target_says_why():
+    """A target below what the coarsest rung can reach is missed, and the result says so."""
+    scene = random_scene(300, 0, seed=9)
+    res = compress(scene, ratio=400, num_views=4, view_size=48, refine_steps=0, prune_search=0)
+    assert not res.target_met and "coarsest" in res.target_note, (res.nbytes, res.target_bytes, res.target_note)
+    # every node stays in level 0 and the finest level is empty: the decoder takes it
+    assert res.coded_per_level[-1] == 0
+    assert decompress(res.data).num_gaussians == res.primitives

@@ -63,6 +63,7 @@ class CompressResult:
     stream_stats: list = field(default_factory=list)
     clamped_log_scales: int = 0  # Gaussians whose log-scales were clamped into [-30, 30] (encoder.guards)
     decode_bytes: int = 0  # the decoder's peak estimate (decode.memory_needed); see decode_budget_met
+    target_note: str = ""  # why the file is outside [0.95, 1.0] x the byte target ("" when it is inside)
 
     @property
     def decode_budget_met(self) -> bool:
@@ -89,7 +90,7 @@ class CompressResult:
     def summary(self) -> dict:
         return {
             "bytes": self.nbytes, "ratio": round(self.ratio, 3), "target_bytes": self.target_bytes,
-            "target_met": self.target_met, "preset": self.preset_index, "primitives": self.primitives, "input_gaussians": self.input_gaussians,
+            "target_met": self.target_met, "target_note": self.target_note, "preset": self.preset_index, "primitives": self.primitives, "input_gaussians": self.input_gaussians,
             "pruned": self.pruned, "per_level_terminal": self.primitives_per_level,
             "per_level_coded": self.coded_per_level, "proxy_psnr": round(self.proxy_psnr, 2),
             "sh_fraction": self.preset.sh_fraction, "sh_degree": self.preset.sh_degree,
@@ -244,7 +245,7 @@ def _encode(scene: GaussianScene, opts: EncodeOptions, prog: Progress) -> Compre
         enc, target = found.encoding, found.target_bytes
     tree, enc = _refine(inp, tree, enc)
     times.set("total", time.perf_counter() - t0)
-    _warn_target(opts, enc, target)
+    target_note = _warn_target(opts, enc, target)
     pixels = float(_num_pixels(cameras)) if cameras is not None else None
     dist = float(enc.rung.plan.distortion[enc.k])
     proxy = 10 * math.log10(pixels / max(dist, 1e-12)) if pixels else float("nan")
@@ -253,6 +254,7 @@ def _encode(scene: GaussianScene, opts: EncodeOptions, prog: Progress) -> Compre
         preset=enc.rung.preset, primitives=sum(enc.terminal), primitives_per_level=enc.terminal,
         coded_per_level=enc.coded, input_gaussians=n_in, pruned=n_in - tree.kept.num_gaussians, proxy_psnr=proxy,
         timings=times.seconds, stream_stats=enc.stats, decode_bytes=_check_decode_memory(enc.data),
+        target_note=target_note,
     )
 
 
@@ -315,18 +317,20 @@ def _check_decode_memory(data: bytes) -> int:
     return need
 
 
-def _warn_target(opts: EncodeOptions, enc: Encoding, target: int) -> None:
+def _warn_target(opts: EncodeOptions, enc: Encoding, target: int) -> str:
+    """Log (and return) why the file missed the [0.95, 1.0] x target window; "" when it did not."""
     n = enc.nbytes
     if opts.psnr is not None or 0.95 * target <= n <= target:
-        return
+        return ""
     if n > target:
         why = "even the coarsest rungs exceed it"
     elif enc.k >= len(enc.rung.plan.order_level):  # every primitive of the chosen rung is stored
         why = ("the chosen rung stores every primitive; a rung that fills the budget is either not "
                "available or renders worse")
     else:
-        why = "the finest rungs fit under it"
+        why = "no rung checked landed inside the window; the best-rendering one under the target is kept"
     logger.warning("target %d bytes not met within 5%%: wrote %d bytes (%s)", target, n, why)
+    return why
 
 
 def _num_pixels(cameras) -> int:

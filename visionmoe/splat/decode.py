@@ -90,7 +90,8 @@ def level_node_counts(header: bs.Header, payloads: list[bytes]) -> list[int]:
         if len(payload) < bs.STREAM_HEAD.size:
             raise bs.FormatError(f"level {lv}: section of {len(payload)} bytes holds no stream")
         n = bs.STREAM_HEAD.unpack_from(payload, 0)[4]
-        if n == 0 or (lv == 0 and n != header.level0):
+        # only the finest level may be empty (a cut that keeps every node of the levels above)
+        if (n == 0 and lv != header.num_levels - 1) or (lv == 0 and n != header.level0):
             raise bs.FormatError(f"level {lv}: its streams hold {n} nodes, "
                               + (f"HEAD declares {header.level0} in level 0" if lv == 0 else "expected at least 1"))
         counts.append(n)
@@ -125,15 +126,17 @@ def _check_memory(header: bs.Header, tables, nodes: int, file_size: int, max_mem
                                 "only for a file you trust")
 
 
-def _check_children(cc: np.ndarray, lv: int, fine: bool, counts: list[int]) -> None:
+def _check_children(cc: np.ndarray, lv: int, fine_level: int, counts: list[int]) -> None:
     """A level's child counts must add up to the next level's node count before anything is
     expanded by them."""
     where, children = f"level {lv}", int(cc.sum())
-    if fine and children:
-        raise bs.FormatError(f"{where}: the finest level declares children")
-    if not fine and lv + 1 < len(counts) and children != counts[lv + 1]:
+    if lv == fine_level:
+        if children:
+            raise bs.FormatError(f"{where}: the finest level declares children")
+        return
+    if lv + 1 < len(counts) and children != counts[lv + 1]:
         raise bs.FormatError(f"{where}: child counts add up to {children}, level {lv + 1} holds {counts[lv + 1]} nodes")
-    if not fine and children == 0:
+    if children == 0 and lv + 1 != fine_level:  # an empty level can only be the finest
         raise bs.FormatError(f"{where}: no node has children, but level {lv + 1} follows")
 
 
@@ -193,7 +196,7 @@ def _decode(data: bytes, level: int | None, max_memory: int | None) -> GaussianS
         n, fine, where = counts[lv], lv == fine_level, f"level {lv}"
         sym = bs.read_level(bs.StreamReader(payloads[lv], where), n, fine, header, tables)
         cc = sym["child_count"]
-        _check_children(cc, lv, fine, counts)
+        _check_children(cc, lv, fine_level, counts)
         if lv < stop:
             dec = dequantize(sym, 0, n, fine, where)
             kept.append((dec, np.flatnonzero(cc == 0)))

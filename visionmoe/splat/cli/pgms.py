@@ -181,8 +181,7 @@ def cmd_compress(args) -> int:
             print(f"note: {res.clamped_log_scales} Gaussians had log-scales outside [-30, 30] and were clamped")
         if args.psnr is None and not res.target_met:
             print(f"note: the file is {res.nbytes / res.target_bytes:.1%} of the target of {res.target_bytes} bytes, "
-                  f"outside the 5% window" + ("" if res.nbytes > res.target_bytes else
-                                            "; it is the best-rendering encoding found under the target"))
+                  f"outside the 5% window: {res.target_note}")
         if not res.decode_budget_met:
             print(f"note: decoding needs about {res.decode_bytes >> 20} MiB, above the default budget for a file "
                   "of this size: decompress it with --max-memory")
