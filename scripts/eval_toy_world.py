@@ -72,6 +72,8 @@ def main(argv=None):
     p.add_argument("--guidance", type=float, default=TOY_WORLD_DEFAULTS["guidance_scale"])
     p.add_argument("--scale", type=float, default=1.0)
     p.add_argument("--residual-guidance", type=float, default=0.0)
+    p.add_argument("--trajectory-guidance", type=float, default=0.0,
+                   help="also score the base model with trajectory-law guidance of this strength (0: no such arm)")
     p.add_argument("--window", type=float, nargs=2, default=(0.0, 1.0), metavar=("START", "END"))
     p.add_argument("--no-control", action="store_true", help="skip the scale-0 control arm")
     p.add_argument("--controls", action="store_true", help="also score negative controls of the base clips")
@@ -96,6 +98,10 @@ def main(argv=None):
             p.error(f"--adapter {path}: no PILA adapter there (config.json missing)")
         arms.append(E.Arm(name or f"PILA (scale {a.scale:g})", adapter=path, scale=a.scale,
                           residual_guidance=a.residual_guidance, window=tuple(a.window)))
+    if a.trajectory_guidance < 0:
+        p.error(f"--trajectory-guidance must be >= 0, got {a.trajectory_guidance:g}")
+    if a.trajectory_guidance > 0:
+        arms.append(E.Arm(f"trajectory guidance {a.trajectory_guidance:g}", trajectory_guidance=a.trajectory_guidance))
     for spec in a.transformer:
         name, _, path = spec.rpartition("=")
         if not os.path.isdir(path):

@@ -76,6 +76,7 @@ def test_generate_defaults_are_the_toy_world(tmp_path, capsys, monkeypatch):
         (["--steps", "0"], "--steps must be >= 1"),
         (["--scale", "-1"], "--scale must be >= 0, got -1"),
         (["--scale", "inf"], "--scale must be a finite number"),
+        (["--trajectory-guidance", "-0.1"], "--trajectory-guidance must be >= 0"),
         (["--fps", "0"], "--fps must be > 0, got 0"),
         (["--guidance", "nan"], "--guidance must be a finite number"),
         (["--start", "0.6", "--end", "0.5"], "need 0 <= --start <= --end <= 1"),
@@ -215,6 +216,7 @@ def test_generate_video_script_is_an_alias(tmp_path):
         (["--steps", "0"], "--steps must be >= 1"),
         (["--scale", "-0.5"], "--scale must be >= 0"),
         (["--window", "0.8", "0.2"], "need 0 <= START <= END <= 1 for --window"),
+        (["--trajectory-guidance", "nan"], "--trajectory-guidance must be a finite number"),
         (["--model", "."], "is not a diffusers checkpoint folder"),
         (["--adapter", "missing"], "adapter 'missing': no such directory"),
         (["--device", "cuda:7"], "torch sees"),
@@ -237,6 +239,14 @@ def test_eval_writes_table(tmp_path, capsys):
     assert "| base |" in table and "PILA (scale 1)" in table
     assert "scale-0 control bit-identical to the base: True" in table
     assert json.loads((out / "results.json").read_text())["control_bit_identical"] is True
+
+
+def test_eval_with_trajectory_guidance_arm(tmp_path, capsys):
+    out = tmp_path / "ev"
+    assert cli.main(["eval", "--num", "1", "--steps", "2", "--batch", "1", "--no-control", "--trajectory-guidance",
+                     "0.05", "-q", "-o", str(out)]) == 0
+    table = (out / "table.md").read_text()
+    assert "| trajectory guidance 0.05 |" in table and "change of trajectory guidance 0.05 vs base" in table
 
 
 def test_validation_knows_every_adapter_option():

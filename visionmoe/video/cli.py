@@ -201,6 +201,9 @@ def _add_generate(sub) -> None:
     p.add_argument("--end", type=float, default=1.0, help="fraction of the steps where the correction stops")
     p.add_argument("--residual-guidance", type=float, default=0.0,
                    help="extra gradient step lowering the physics residuals (relative size, ~0.01); 0 = off")
+    p.add_argument("--trajectory-guidance", type=float, default=0.0,
+                   help="trajectory-law guidance strength (0.05 measured on the toy world; one VAE decode "
+                        "and backward per step while sigma > 0.4); 0 = off")
     p.add_argument("--steps", type=int, help="denoising steps (default: the model's)")
     p.add_argument("--frames", type=int, help="number of frames, 4k+1 (default: the model's)")
     p.add_argument("--height", type=int, help="a multiple of the model's VAE x patch size (default: the model's)")
@@ -237,6 +240,7 @@ def cmd_generate(a) -> int:
     _finite("--fps", a.fps, 0.0, strict=True)
     _finite("--guidance", guidance, 0.0)
     _finite("--residual-guidance", a.residual_guidance, 0.0)
+    _finite("--trajectory-guidance", a.trajectory_guidance, 0.0)
     _finite("--start", a.start)
     _finite("--end", a.end)
     if not 0 <= a.start <= a.end <= 1:
@@ -329,6 +333,11 @@ def cmd_generate(a) -> int:
         say(f"adapter: {adapter}")
     else:
         say("adapter: none (the base model alone)")
+    if a.trajectory_guidance > 0:
+        from .trajectory_guidance import attach_trajectory_guidance
+
+        attach_trajectory_guidance(pipe, a.trajectory_guidance)
+        say(f"trajectory guidance: strength {a.trajectory_guidance:g}")
     pipe.set_progress_bar_config(disable=a.quiet, desc="denoising")
     say(f"generating {frames}x{height}x{width}, {steps} steps, guidance {guidance:g}, "
         f"PILA scale {a.scale:g} on {device}")
@@ -365,6 +374,8 @@ def _add_eval(sub) -> None:
     p.add_argument("--guidance", type=float, help="guidance scale (default: the toy world's)")
     p.add_argument("--scale", type=float, default=1.0, help="PILA scale of the adapter arms (>= 0)")
     p.add_argument("--residual-guidance", type=float, default=0.0)
+    p.add_argument("--trajectory-guidance", type=float, default=0.0,
+                   help="also score the base model with trajectory-law guidance of this strength (0: no such arm)")
     p.add_argument("--window", type=float, nargs=2, default=(0.0, 1.0), metavar=("START", "END"),
                    help="fractions of the steps with the correction")
     p.add_argument("--no-control", action="store_true", help="skip the scale-0 control arm")
@@ -406,6 +417,7 @@ def cmd_eval(a) -> int:
     _finite("--scale", a.scale, 0.0)
     _finite("--guidance", guidance, 0.0)
     _finite("--residual-guidance", a.residual_guidance, 0.0)
+    _finite("--trajectory-guidance", a.trajectory_guidance, 0.0)
     start, end = a.window
     _finite("--window", start)
     _finite("--window", end)
@@ -441,6 +453,8 @@ def cmd_eval(a) -> int:
         torch.set_num_threads(a.threads)
     arms = [E.Arm(n, adapter=p, scale=a.scale, residual_guidance=a.residual_guidance, window=(start, end))
             for n, p in adapters]
+    if a.trajectory_guidance > 0:
+        arms.append(E.Arm(f"trajectory guidance {a.trajectory_guidance:g}", trajectory_guidance=a.trajectory_guidance))
     t0 = time.time()
     progress = None if a.quiet else (
         lambda n, d, t: print(f"{n}: {d}/{t} clips ({time.time() - t0:.0f} s)", file=sys.stderr, flush=True))

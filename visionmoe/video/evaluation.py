@@ -405,7 +405,8 @@ class Arm:
     """One way of generating: the base model, an adapter, or a fine-tuned transformer.
 
     ``adapter``: a PILAAdapter or its folder (None: no adapter); ``transformer``: a state
-    dict or a ``WanTransformer3DModel`` folder replacing the base transformer's weights.
+    dict or a ``WanTransformer3DModel`` folder replacing the base transformer's weights;
+    ``trajectory_guidance``: the strength of :mod:`.trajectory_guidance` (0: off).
     """
 
     name: str
@@ -414,6 +415,7 @@ class Arm:
     residual_guidance: float = 0.0
     window: Tuple[float, float] = (0.0, 1.0)
     transformer: Any = None
+    trajectory_guidance: float = 0.0
 
 
 @dataclass
@@ -494,6 +496,7 @@ def evaluate_toy_world(arms: Optional[Sequence[Arm]] = None, *, model=None, num:
     """
     from .attach import attach_pila, detach_pila
     from .pipeline import load_adapter
+    from .trajectory_guidance import attach_trajectory_guidance, detach_trajectory_guidance
     from .toy_world import load_toy_world, toy_world_adapter_path
 
     st = settings or EvalSettings()
@@ -532,8 +535,11 @@ def evaluate_toy_world(arms: Optional[Sequence[Arm]] = None, *, model=None, num:
                     logger.info("control (scale 0) bit-identical to the base: %s", same)
                 attach_pila(pipe, adapter, scale=arm.scale, residual_guidance=arm.residual_guidance,
                             start=arm.window[0], end=arm.window[1])
+            if arm.trajectory_guidance > 0:
+                attach_trajectory_guidance(pipe, arm.trajectory_guidance)
             clips[arm.name] = generate_clips(pipe, items, progress=cb(arm.name), **gen)
         finally:
+            detach_trajectory_guidance(pipe)
             detach_pila(pipe)
             if arm.transformer is not None:
                 pipe.transformer.load_state_dict(base_state)
@@ -545,6 +551,7 @@ def evaluate_toy_world(arms: Optional[Sequence[Arm]] = None, *, model=None, num:
 
     sets = dict(num=num, seed_sets=list(seed_sets), steps=steps, guidance=guidance, min_tracked=st.min_tracked,
                 arms=[dict(name=a.name, adapter=describe(a.adapter), scale=a.scale, residual_guidance=a.residual_guidance,
+                           trajectory_guidance=a.trajectory_guidance,
                            window=list(a.window), transformer=describe(a.transformer)) for a in arms])
     return ToyWorldEvaluation(sets, items, per_clip, summary, same, clips if keep_clips else {})
 
