@@ -17,7 +17,6 @@ import torch
 __all__ = [
     "Cameras", "CameraError", "SceneFrame", "load_cameras_json", "orbit_cameras", "look_at", "scene_frame",
     "sphere_directions", "frame_cameras", "transform_cameras", "pose_distance", "coverage_cameras", "up_vector",
-    "plane_basis",
 ]
 
 # Near and far clip planes as multiples of the scene size (see :class:`SceneFrame`): a 0.2-unit
@@ -369,7 +368,7 @@ def sphere_directions(num: int, *, min_elevation_deg: float = -90.0, max_elevati
         raise CameraError(f"elevations must satisfy -90 <= min <= max <= 90, got {min_elevation_deg!r}, "
                           f"{max_elevation_deg!r}")
     up_v = up_vector(up)
-    e1, e2 = plane_basis(up_v, azimuth_origin)
+    e1, e2 = _plane_basis(up_v, azimuth_origin)
     g = None if seed is None else torch.Generator().manual_seed(int(seed))
     lo, hi = math.sin(math.radians(min_elevation_deg)), math.sin(math.radians(max_elevation_deg))
     i = torch.arange(num, dtype=torch.float64)
@@ -383,7 +382,7 @@ def sphere_directions(num: int, *, min_elevation_deg: float = -90.0, max_elevati
     return (r * az.cos())[:, None] * e1 + (r * az.sin())[:, None] * e2 + h[:, None] * up_v
 
 
-def plane_basis(up_v: torch.Tensor, origin=None) -> tuple[torch.Tensor, torch.Tensor]:
+def _plane_basis(up_v: torch.Tensor, origin=None) -> tuple[torch.Tensor, torch.Tensor]:
     if origin is not None:
         o = torch.as_tensor(origin, dtype=torch.float64).reshape(3)
         o = o - (o @ up_v) * up_v

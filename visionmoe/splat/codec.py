@@ -136,9 +136,9 @@ def compress(
     float32 .ply), ``size`` (bytes), or ``psnr`` (dB, render vs render on the contribution
     views; found by bisection on the size). ``cameras``: a ``Cameras`` for contributions (and
     the PSNR search), default ``num_views`` orbit views of ``view_size`` pixels at 20 degrees of
-    elevation plus half as many at 45 and at 0 (``contribution.default_cameras``), fixed to the
-    scene's own frame about ``up`` (a world direction or ``"+z"``-style axis; default ``-y``,
-    the INRIA/COLMAP convention): turn the scene and ``up`` together and the views turn with it.
+    elevation plus half as many at 45 and at 0 (``contribution.default_cameras``), orbiting
+    ``up`` (a 3-vector or ``"+z"``-style axis; default ``-y``, the INRIA/COLMAP convention;
+    azimuth 0 still comes from a world axis, docs/EVALUATION.md).
     ``device``: where every render of the encode runs (contributions, checks, pruning search,
     refinement); None picks CUDA when torch sees a GPU. The codec itself runs on the CPU. On
     CUDA the bytes are reproducible only to rounding (float atomics); the CPU is bit-exact.
