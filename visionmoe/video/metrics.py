@@ -41,7 +41,7 @@ import math
 import os
 import shutil
 from dataclasses import asdict, dataclass
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -53,12 +53,14 @@ __all__ = [
     "acceleration_consistency",
     "object_track",
     "gravity_fit",
+    "bounce_segments",
     "GravityFit",
     "score_video",
     "PHYSICAL_THRESHOLDS",
     "shuffle_frames",
     "reverse_frames",
     "drop_frames",
+    "skip_frames",
     "fade_object",
     "shrink_object",
     "hide_object",
@@ -565,6 +567,23 @@ def _fit_segments(t, y, segs, shared_accel=True):
     return float(sol[0]), rms, sol
 
 
+def bounce_segments(y: np.ndarray, floor_tolerance: float = 3.0) -> List[Tuple[int, int]]:
+    """Index ranges ``[a, b)`` of a height track between bounces: down-to-up reversals within
+    ``floor_tolerance`` px (or 15% of the vertical range) of the lowest point; the frame at the
+    reversal is excluded, ranges under 3 frames are dropped."""
+    n = len(y)
+    vy = np.diff(y)
+    floor = y.max()
+    tol = max(floor_tolerance, 0.15 * (y.max() - y.min()))
+    cuts = [i for i in range(1, n - 1) if vy[i - 1] > 0 and vy[i] < 0 and y[i] >= floor - tol]
+    segs, s = [], 0
+    for c in cuts:
+        segs.append((s, c))
+        s = c + 1
+    segs.append((s, n))
+    return [(a, b) for a, b in segs if b - a >= 3]
+
+
 def gravity_fit(frames=None, *, track: Optional[np.ndarray] = None, floor_tolerance: float = 3.0) -> GravityFit:
     """Fit the main moving object's height by parabolas with one shared acceleration.
 
@@ -584,16 +603,7 @@ def gravity_fit(frames=None, *, track: Optional[np.ndarray] = None, floor_tolera
     nan = float("nan")
     if n < 5:
         return GravityFit(nan, nan, nan, 0, 0.0, nan, nan, n, False, False)
-    vy = np.diff(y)
-    floor = y.max()
-    tol = max(floor_tolerance, 0.15 * (y.max() - y.min()))
-    cuts = [i for i in range(1, n - 1) if vy[i - 1] > 0 and vy[i] < 0 and y[i] >= floor - tol]
-    segs, s = [], 0
-    for c in cuts:
-        segs.append((s, c))
-        s = c + 1
-    segs.append((s, n))
-    segs = [(a, b) for a, b in segs if b - a >= 3]
+    segs = bounce_segments(y, floor_tolerance)
     covered = sum(b - a for a, b in segs)
     if not segs:
         return GravityFit(nan, nan, nan, 0, 0.0, nan, nan, n, False, False)

@@ -31,6 +31,8 @@ import numpy as np
 import torch
 from diffusers.hooks import HookRegistry, ModelHook
 
+from .metrics import bounce_segments
+
 logger = logging.getLogger(__name__)
 
 HOOK_NAME = "trajectory_guidance"
@@ -56,28 +58,12 @@ def soft_track(frames: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return (w * yy).sum((-1, -2)) / s, (w * xx).sum((-1, -2)) / s
 
 
-def _segments(y: np.ndarray, floor_tolerance: float = 3.0) -> list[tuple[int, int]]:
-    """Frame ranges between bounces (down-to-up reversals near the lowest point), as
-    :func:`.metrics.gravity_fit` splits a track; ranges under 3 frames are dropped."""
-    n = len(y)
-    vy = np.diff(y)
-    floor = y.max()
-    tol = max(floor_tolerance, 0.15 * (y.max() - y.min()))
-    cuts = [i for i in range(1, n - 1) if vy[i - 1] > 0 and vy[i] < 0 and y[i] >= floor - tol]
-    segs, s = [], 0
-    for c in cuts:
-        segs.append((s, c))
-        s = c + 1
-    segs.append((s, n))
-    return [(a, b) for a, b in segs if b - a >= 3]
-
-
 def law_residual(y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """Sum over clips of the squared residuals of ``y`` [B, F] on piecewise parabolas with one
     shared acceleration and of ``x`` on piecewise lines (segments from the detached ``y``)."""
     total = y.new_zeros(())
     for b in range(y.shape[0]):
-        segs = _segments(y[b].detach().cpu().numpy())
+        segs = bounce_segments(y[b].detach().cpu().numpy())  # cut where the metric cuts
         if not segs:
             continue
         k, rows = len(segs), sum(e - s for s, e in segs)
