@@ -110,13 +110,16 @@ def memory_needed(data: bytes) -> int:
     header, books, payloads = bs.read_container(data)
     major, _minor = bs.read_preamble(data)
     tables, _ = bs.read_tables(header, books, major)
+    return _needed(header, tables, sum(level_node_counts(header, payloads)))
+
+
+def _needed(header: bs.Header, tables, nodes: int) -> int:
     grid = tables.sh_codebook.coefficients if isinstance(tables.sh_codebook, ShGrid) else 0
-    return decode_bytes_needed(sum(level_node_counts(header, payloads)), header.sh_degree, grid)
+    return decode_bytes_needed(nodes, header.sh_degree, grid)
 
 
 def _check_memory(header: bs.Header, tables, nodes: int, file_size: int, max_memory: int | None) -> None:
-    grid = tables.sh_codebook.coefficients if isinstance(tables.sh_codebook, ShGrid) else 0
-    need = decode_bytes_needed(nodes, header.sh_degree, grid)
+    need = _needed(header, tables, nodes)
     limit = decode_budget(file_size) if max_memory is None else max_memory
     if need > limit:
         why = ("the limit for a file of this size, max(64 MiB, 64 x its size)" if max_memory is None
@@ -158,11 +161,7 @@ class _Output:
         self.means[at:end] = means
         self.quats[at:end] = dec.quats[rows]
         self.log_scales[at:end] = dec.log_scales[rows]
-        if dec.op_logit is not None:
-            self.opacity[at:end] = dec.op_logit[rows]
-        else:
-            a = dec.alpha[rows].astype(np.float64)
-            self.opacity[at:end] = np.log(a / (1 - a))
+        self.opacity[at:end] = dec.opacity_logits(rows)
         self.dc[at:end] = dec.dc[rows]
         self.rest[at:end] = dec.rest[rows]
         return end

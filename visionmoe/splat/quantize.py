@@ -210,9 +210,15 @@ class DecodedLevel:
     op_logit: np.ndarray | None = None  # [N] the opacity palette's logits (exact), if one is used
     means_exact: np.ndarray | None = None  # formats 1-2: the float64 positions their children start from
 
+    def opacity_logits(self, rows=slice(None)) -> np.ndarray:
+        """The opacity logits of ``rows``: the palette's exact logits, else logit(alpha) in float64."""
+        if self.op_logit is not None:
+            return self.op_logit[rows]
+        a = self.alpha[rows].astype(np.float64)
+        return np.log(a / (1 - a))
+
     def to_scene(self) -> GaussianScene:
-        a = self.alpha.astype(np.float64)
-        logit = self.op_logit if self.op_logit is not None else np.log(a / (1 - a))
+        logit = self.opacity_logits()
         t = torch.from_numpy
         return GaussianScene(
             means=t(np.ascontiguousarray(self.means, np.float32)),
