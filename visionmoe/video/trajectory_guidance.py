@@ -122,6 +122,7 @@ class TrajectoryGuidance:
             (g,) = torch.autograd.grad(loss, x0)
         self.calls += 1
         self.last_residual = float(loss)
+        logger.debug("trajectory guidance at sigma %.3f: law residual %.4g", sigma, self.last_residual)
         rms_v = v.float().pow(2).mean().sqrt()
         return (self.strength * rms_v * g / (g.pow(2).mean().sqrt() + 1e-12)).to(v.dtype)
 
