@@ -177,7 +177,8 @@ def main() -> int:
         enc_cams = encoder_cameras(scene)  # every pose the encoder renders (contributions, checks, refinement)
         separation = check_disjoint(cams, enc_cams, frame.size)  # raises if a held-out view is one of them
         ref = render_all(scene, cams)
-        idx = torch.linspace(0, len(enc_cams) - 1, max(1, min(args.seen_views, len(enc_cams)))).round().long().tolist()
+        orbit = len(encoder_cameras(scene, coverage_views=0))  # "seen": the orbit poses, as before
+        idx = torch.linspace(0, orbit - 1, max(1, min(args.seen_views, orbit))).round().long().tolist()
         seen = enc_cams[idx].scaled(args.size / enc_cams.width)
         seen_ref = render_all(scene, seen)
         print(f"{name} ({source}): {scene.num_gaussians} Gaussians, SH{scene.sh_degree}, float32 .ply {ref_bytes} "

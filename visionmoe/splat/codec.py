@@ -120,6 +120,7 @@ def compress(
     contributions: torch.Tensor | None = None,
     num_views: int = 16,
     view_size: int = 256,
+    coverage_views: int = 16,
     up="-y",
     preset: tuple[int, int] | None = None,
     refine_steps: int | None = None,
@@ -138,7 +139,10 @@ def compress(
     the PSNR search), default ``num_views`` orbit views of ``view_size`` pixels at 20 degrees of
     elevation plus half as many at 45 and at 0 (``contribution.default_cameras``), orbiting
     ``up`` (a 3-vector or ``"+z"``-style axis; default ``-y``, the INRIA/COLMAP convention;
-    azimuth 0 still comes from a world axis, docs/EVALUATION.md).
+    azimuth 0 still comes from a world axis, docs/EVALUATION.md). With the default views,
+    ``coverage_views`` more views from every direction (alternately at the orbit distance and
+    half of it; ``contribution.coverage_views``) add to the contributions, so that nothing a
+    viewer sees from below, from a steep angle or from closer up is pruned; 0 turns them off.
     ``device``: where every render of the encode runs (contributions, checks, pruning search,
     refinement); None picks CUDA when torch sees a GPU. The codec itself runs on the CPU. On
     CUDA the bytes are reproducible only to rounding (float atomics); the CPU is bit-exact.
@@ -159,7 +163,8 @@ def compress(
     (needs ``verify_views`` > 0; not used with ``psnr=`` or ``preset=``).
     """
     opts = EncodeOptions(ratio=ratio, size=size, psnr=psnr, cameras=cameras, device=device,
-                         contributions=contributions, num_views=num_views, view_size=view_size, up=up, preset=preset,
+                         contributions=contributions, num_views=num_views, view_size=view_size, coverage_views=coverage_views, up=up,
+                         preset=preset,
                          refine_steps=refine_steps, prune_threshold=prune_threshold, verify_views=verify_views,
                          verify_candidates=verify_candidates, prune_search=prune_search, seed=seed)
     prog = Progress(progress)
@@ -208,6 +213,11 @@ def _contributions(scene: GaussianScene, opts: EncodeOptions, prog: Progress):
                       | set(view_indices(len(cameras), pruned_on)))
         contributions, colors = image_contributions(scene, cameras, device=opts.device, keep_colors=keep)
         known = dict(zip(keep, colors)) if keep else {}  # no view to keep: no renders come back
+        if opts.cameras is None and opts.coverage_views > 0:
+            from .contribution import coverage_views
+
+            cover = coverage_views(scene, num_views=opts.coverage_views, size=opts.view_size, up=opts.up)
+            contributions = contributions + image_contributions(scene, cover, device=opts.device)
         prog("contributions", 1, 1)
     contributions = contributions.detach().float().cpu()
     n_in = scene.num_gaussians

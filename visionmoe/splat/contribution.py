@@ -15,7 +15,7 @@ import torch
 
 from .io import GaussianScene
 
-__all__ = ["default_cameras", "image_contributions", "prune"]
+__all__ = ["coverage_views", "default_cameras", "image_contributions", "prune"]
 
 
 # Orbit rings of the default views: (elevation in degrees, views as a fraction of num_views).
@@ -40,6 +40,27 @@ def default_cameras(scene: GaussianScene, *, num_views: int = 16, size: int = 25
                       up=up, near=frame.near, far=frame.far)
         for elev, share in _RINGS
     )
+
+
+# Importance views beyond the rings: a Gaussian that only a view from below, from a steep angle
+# or from closer up sees is pruned when only the rings count (playbot: pruning alone, with the
+# rings' views, left 16 held-out views at 52.2 dB on average and two of them at 22 dB).
+# Distances alternate between the orbit distance and half of it (a viewer zooms in).
+_COVERAGE_DISTANCES = (1.0, 0.5)
+
+
+def coverage_views(scene: GaussianScene, *, num_views: int = 16, size: int = 256, up="-y"):
+    """Views from every direction (a Fibonacci lattice over the whole sphere about ``up``, no
+    seed), alternately at the orbit distance and half of it: what a viewer may see that the
+    default rings do not. They weigh into the contributions (so pruning and the allocator's
+    weights count them); the render checks and the refinement keep to the rings."""
+    from .cameras import frame_cameras, scene_frame, sphere_directions
+
+    frame = scene_frame(scene, up=up)
+    dirs = sphere_directions(num_views, up=up)
+    dist = torch.tensor([_COVERAGE_DISTANCES[i % len(_COVERAGE_DISTANCES)] for i in range(num_views)],
+                        dtype=torch.float64)
+    return frame_cameras(frame, dirs, dist, size, size)
 
 
 def image_contributions(scene: GaussianScene, cameras, *, device=None, views_per_batch: int = 4,

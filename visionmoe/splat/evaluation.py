@@ -108,16 +108,20 @@ def split_cameras(cameras: Cameras, every: int = HOLDOUT_EVERY) -> CameraSplit:
 
 
 def encoder_cameras(scene: GaussianScene, cameras: Cameras | None = None, *, num_views: int = 16,
-                    view_size: int = 256, up="-y") -> Cameras:
+                    view_size: int = 256, up="-y", coverage_views: int = 16) -> Cameras:
     """The poses the encoder renders for ``compress(scene, cameras=cameras, num_views=...,
-    view_size=..., up=...)``: ``cameras`` when given, else its default views. Its refinement and
-    verification views are these poses (at other pixel sizes), so a check against them covers
-    every view the encoder saw."""
+    view_size=..., up=..., coverage_views=...)``: ``cameras`` when given, else its default
+    orbit views followed by its coverage views (``contribution.coverage_views``). Its refinement
+    and verification views are the orbit poses (at other pixel sizes), so a check against these
+    covers every view the encoder saw (``coverage_views=0``: the orbit poses alone)."""
     if cameras is not None:
         return cameras
-    from .contribution import default_cameras
+    from .contribution import coverage_views as coverage, default_cameras
 
-    return default_cameras(scene, num_views=num_views, size=view_size, up=up)
+    rings = default_cameras(scene, num_views=num_views, size=view_size, up=up)
+    if coverage_views <= 0:
+        return rings
+    return Cameras.concat([rings, coverage(scene, num_views=coverage_views, size=view_size, up=up)])
 
 
 def check_disjoint(eval_cameras: Cameras, seen_cameras: Cameras, scale: float,
@@ -309,11 +313,13 @@ class HeldoutReport:
 
 def evaluate_decoded(original: GaussianScene, decoded: GaussianScene, eval_cameras: Cameras,
                      seen_cameras: Cameras | None = None, *, seen_views: int = 8, device=None,
-                     reference: torch.Tensor | None = None) -> HeldoutReport:
+                     reference: torch.Tensor | None = None, seen_from: int | None = None) -> HeldoutReport:
     """Score ``decoded`` against ``original`` on ``eval_cameras`` (checked disjoint from
     ``seen_cameras``, the encoder's views, when given) and, when ``seen_views`` > 0, on that many
     of the encoder's poses rendered at the evaluation size (labelled "seen by the encoder").
-    ``reference``: the original's renders of ``eval_cameras`` if already made."""
+    ``reference``: the original's renders of ``eval_cameras`` if already made. ``seen_from``:
+    the "seen" views are spread over the first that many encoder cameras (the orbit poses of
+    :func:`encoder_cameras`; default all)."""
     frame = scene_frame(original)
     sep = check_disjoint(eval_cameras, seen_cameras, frame.size) if seen_cameras is not None else math.inf
     ref = render_views(original, eval_cameras, device=device) if reference is None else reference
@@ -321,7 +327,8 @@ def evaluate_decoded(original: GaussianScene, decoded: GaussianScene, eval_camer
     held = score_views(ref, render_views(decoded, eval_cameras, device=device), label)
     seen = None
     if seen_cameras is not None and seen_views > 0:
-        idx = torch.linspace(0, len(seen_cameras) - 1, min(seen_views, len(seen_cameras))).round().long().tolist()
+        n = len(seen_cameras) if seen_from is None else max(1, min(seen_from, len(seen_cameras)))
+        idx = torch.linspace(0, n - 1, min(seen_views, n)).round().long().tolist()
         cams = seen_cameras[idx].scaled(eval_cameras.width / seen_cameras.width)
         seen = score_views(render_views(original, cams, device=device), render_views(decoded, cams, device=device),
                            f"{len(idx)} views the encoder saw, at {cams.width}x{cams.height} (not held out)")

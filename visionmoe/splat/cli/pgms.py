@@ -99,6 +99,10 @@ def _add_target(p) -> None:
     g.add_argument("--psnr", type=_psnr, help="target PSNR in dB on the contribution views (bisection on size; slower)")
     p.add_argument("--views", type=positive_int, default=16, help="orbit views for contributions at 20 degrees, plus half as many at 45 and at 0 (default 16)")
     p.add_argument("--view-size", type=positive_int, default=256, help="contribution view size in pixels (default 256)")
+    p.add_argument("--coverage-views", type=nonnegative_int, default=16,
+                   help="without --cameras: views from every direction (orbit distance and half of it) that also "
+                        "count in the contributions, so nothing seen from below or close up is pruned (default 16, "
+                        "0: off)")
     p.add_argument("--cameras", help="INRIA cameras.json to use instead of orbit views")
     p.add_argument("--up", type=_up, default="-y",
                    help="the scene's up direction for the orbit views: +x,-x,+y,-y,+z,-z or x,y,z (default -y, "
@@ -128,7 +132,8 @@ def _compress(args, scene, cameras=None):
         cameras = load_cameras_json(args.cameras, width=args.view_size, height=args.view_size)
     return compress(
         scene, ratio=args.ratio, size=args.size, psnr=args.psnr, cameras=cameras, device=args.device,
-        num_views=args.views, view_size=args.view_size, up=args.up, preset=args.preset, progress=not args.quiet,
+        num_views=args.views, view_size=args.view_size, coverage_views=args.coverage_views, up=args.up,
+        preset=args.preset, progress=not args.quiet,
         refine_steps=args.refine_steps, prune_search=args.prune_search,
     )
 
@@ -272,7 +277,10 @@ def cmd_eval(args) -> int:
     else:
         eval_cams = heldout_cameras(scene, num_views=args.eval_views, size=args.eval_size, up=args.up)
         where = f"{len(eval_cams)} held-out views"
-    enc_cams = encoder_cameras(scene, train, num_views=args.views, view_size=args.view_size, up=args.up)
+    enc_cams = encoder_cameras(scene, train, num_views=args.views, view_size=args.view_size, up=args.up,
+                               coverage_views=args.coverage_views)
+    orbit = len(encoder_cameras(scene, train, num_views=args.views, view_size=args.view_size, up=args.up,
+                                coverage_views=0))  # "seen" views come from these
     encode_s = None
     if args.compressed:
         cp = Path(args.compressed)
@@ -291,7 +299,7 @@ def cmd_eval(args) -> int:
     dec = decompress(data, max_memory=args.max_memory)
     decode_s = time.perf_counter() - t
     try:
-        rep = evaluate_decoded(scene, dec, eval_cams, enc_cams, seen_views=args.seen_views)
+        rep = evaluate_decoded(scene, dec, eval_cams, enc_cams, seen_views=args.seen_views, seen_from=orbit)
     except HeldoutError as exc:
         raise CLIError(str(exc)) from None
     ref_bytes = reference_ply_bytes(scene.num_gaussians, scene.sh_degree)

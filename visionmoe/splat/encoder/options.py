@@ -23,6 +23,7 @@ class EncodeOptions:
     contributions: torch.Tensor | None = None
     num_views: int = 16
     view_size: int = 256
+    coverage_views: int = 16
     up: object = "-y"
     preset: tuple[int, int] | None = None
     refine_steps: int | None = None
@@ -48,6 +49,9 @@ class EncodeOptions:
             make_preset(*self.preset)  # validates the rungs
         if not (isinstance(self.prune_search, int) and self.prune_search >= 0):
             raise ValueError(f"prune_search must be an int >= 0, got {self.prune_search!r}")
+        if not (isinstance(self.coverage_views, int) and not isinstance(self.coverage_views, bool)
+                and self.coverage_views >= 0):
+            raise ValueError(f"coverage_views must be an int >= 0, got {self.coverage_views!r}")
         if self.refine_steps is not None and not (isinstance(self.refine_steps, int) and self.refine_steps >= 0):
             raise ValueError(f"refine_steps must be None (auto) or an int >= 0, got {self.refine_steps!r}")
         from ..cameras import CameraError, up_vector
