@@ -92,10 +92,11 @@ def test_compress_missing_and_bad_target(tmp_path, capsys):
         main(["compress", str(ASSET), "-o", str(tmp_path / "o.pgms"), "--ratio", "0.5"])
     assert e.value.code == 2
     assert "expected a finite number >= 1" in capsys.readouterr().err
-    with pytest.raises(SystemExit) as e:
-        main(["compress", str(ASSET), "-o", str(tmp_path / "o.pgms"), "--prune-search", "-1"])
-    assert e.value.code == 2
-    assert "expected an integer >= 0" in capsys.readouterr().err
+    for flag in ("--prune-search", "--coverage-views"):
+        with pytest.raises(SystemExit) as e:
+            main(["compress", str(ASSET), "-o", str(tmp_path / "o.pgms"), flag, "-1"])
+        assert e.value.code == 2
+        assert "expected an integer >= 0" in capsys.readouterr().err
     for bad in ("-3", "some"):
         with pytest.raises(SystemExit) as e:
             main(["compress", str(ASSET), "-o", str(tmp_path / "o.pgms"), "--refine-steps", bad])

@@ -3,6 +3,7 @@ sees only from below or from closer up is not pruned."""
 
 import math
 
+import pytest
 import torch
 
 from visionmoe.splat import compress
@@ -83,3 +84,9 @@ def test_held_out_views_are_disjoint_from_the_coverage_views_too():
     assert len(enc) == len(rings) + 16
     assert float(pose_distance(enc[: len(rings)], rings, 1.0).diagonal().max()) == 0.0  # orbit poses first
     check_disjoint(heldout_cameras(scene, size=64), enc, scene_frame(scene).size)
+
+
+@pytest.mark.parametrize("bad", [-1, 2.5, True, "16"])
+def test_bad_coverage_view_counts_are_refused(bad):
+    with pytest.raises(ValueError, match="coverage_views"):
+        compress(box_open_below(), coverage_views=bad)

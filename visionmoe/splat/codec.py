@@ -163,8 +163,8 @@ def compress(
     (needs ``verify_views`` > 0; not used with ``psnr=`` or ``preset=``).
     """
     opts = EncodeOptions(ratio=ratio, size=size, psnr=psnr, cameras=cameras, device=device,
-                         contributions=contributions, num_views=num_views, view_size=view_size, coverage_views=coverage_views, up=up,
-                         preset=preset,
+                         contributions=contributions, num_views=num_views, view_size=view_size,
+                         coverage_views=coverage_views, up=up, preset=preset,
                          refine_steps=refine_steps, prune_threshold=prune_threshold, verify_views=verify_views,
                          verify_candidates=verify_candidates, prune_search=prune_search, seed=seed)
     prog = Progress(progress)
