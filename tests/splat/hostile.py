@@ -8,7 +8,7 @@ a child process under ``RLIMIT_AS`` and a wall-clock limit.
 The memory rule (docs/ROBUSTNESS.md): the child imports the decoder and decodes a small valid
 file first (so every lazy import and first-call allocation is done), reads its own ``VmSize``
 (the interpreter + torch + decoder baseline, measured, not guessed), then limits its address
-space to ``VmSize + max(64 MiB, 64 x file size)`` before it decodes the file under test.
+space to ``VmSize + decode_budget(file size)`` (max(64 MiB, 256 x file size)) before it decodes the file under test.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
+from visionmoe.splat.decode import decode_budget
+
 MAGIC = b"\x89PGMS\r\n\x1a"
 SECTION = struct.Struct("<4sBBHI")  # tag, level, reserved, reserved, length (then crc32 u32)
 STREAM = struct.Struct("<BBBBIQI")  # kind, coder, width, pad, n, alphabet, size
@@ -38,7 +40,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def memory_budget(file_size: int) -> int:
     """Bytes a decode of a ``file_size``-byte .pgms may add above the warmed-up baseline."""
-    return max(64 * MiB, 64 * file_size)
+    return decode_budget(file_size)
 
 
 # --------------------------------------------------------------------------- container

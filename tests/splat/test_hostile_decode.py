@@ -2,7 +2,7 @@
 strict parsing. Files are built here from docs/FORMAT.md (``hostile.py``), never stored.
 
 Memory rule (docs/ROBUSTNESS.md): a decode in a child process, after a warm-up decode, may add
-at most ``max(64 MiB, 64 x file size)`` to its address space; outcomes are a scene or
+at most ``max(64 MiB, 256 x file size)`` (``decode.decode_budget``) to its address space; outcomes are a scene or
 ``FormatError``, nothing else, within a wall-clock limit.
 
 Nightly-size fuzzing: ``VISIONMOE_FUZZ_MUTANTS=5000 pytest tests/splat/test_hostile_decode.py -k fuzz``.
@@ -228,3 +228,14 @@ def test_cli_max_memory(tmp_path):
     assert not (tmp_path / "x.ply").exists()
     r = subprocess.run(cmd + ["--max-memory", "1G"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and (tmp_path / "x.ply").is_file(), r.stderr
+
+
+def test_the_densest_real_encodes_fit_the_default_budget():
+    """playbot (SH2) at 50x: 239,646 nodes in 1,619,323 bytes, refused by a factor of 64; SH3
+    files up to 0.4 nodes per byte fit too, and the 80 KB zip bomb's 5.2M nodes do not."""
+    from visionmoe.splat.decode import decode_budget, decode_bytes_needed
+
+    assert decode_bytes_needed(239_646, 2) <= decode_budget(1_619_323)
+    size = 10_000_000
+    assert decode_bytes_needed(int(0.4 * size), 3) <= decode_budget(size)
+    assert decode_bytes_needed(5_200_000, 0) > decode_budget(80_000)

@@ -41,9 +41,15 @@ class DecodeMemoryError(bs.FormatError):
     a decompression bomb unless the caller trusts it and raises ``max_memory``."""
 
 
+# Default decode budget: max(64 MiB, BUDGET_PER_FILE_BYTE x file size). Real files need up to
+# about 90 bytes per file byte (SH3 at 0.2 nodes per byte); 64 refused a playbot 50x encode (SH2,
+# 0.148 nodes per byte: 104 MiB for a 1.6 MB file). A zip bomb needs thousands.
+BUDGET_PER_FILE_BYTE = 256
+
+
 def decode_budget(file_size: int) -> int:
-    """Bytes a decode of ``file_size`` bytes may need by default: max(64 MiB, 64 x file size)."""
-    return max(64 * MiB, 64 * int(file_size))
+    """Bytes a decode of ``file_size`` bytes may need by default: max(64 MiB, 256 x file size)."""
+    return max(64 * MiB, BUDGET_PER_FILE_BYTE * int(file_size))
 
 
 def decode_bytes_needed(nodes: int, sh_degree: int, grid_coefficients: int = 0) -> int:
@@ -122,7 +128,7 @@ def _check_memory(header: bs.Header, tables, nodes: int, file_size: int, max_mem
     need = _needed(header, tables, nodes)
     limit = decode_budget(file_size) if max_memory is None else max_memory
     if need > limit:
-        why = ("the limit for a file of this size, max(64 MiB, 64 x its size)" if max_memory is None
+        why = (f"the limit for a file of this size, max(64 MiB, {BUDGET_PER_FILE_BYTE} x its size)" if max_memory is None
                else "max_memory")
         raise DecodeMemoryError(f"decoding {nodes} nodes from {file_size} bytes needs about {need / MiB:.0f} MiB, "
                                 f"more than {why} ({limit / MiB:.0f} MiB); raise max_memory (--max-memory) "

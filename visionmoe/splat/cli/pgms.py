@@ -35,7 +35,7 @@ def _size(text: str) -> int:
 
 def _add_max_memory(p) -> None:
     p.add_argument("--max-memory", type=_size, default=None, metavar="BYTES",
-                   help="memory a decode may use (suffixes k, M, G; default max(64 MiB, 64 x the file's size): "
+                   help="memory a decode may use (suffixes k, M, G; default max(64 MiB, 256 x the file's size): "
                         "a larger need is refused as a decompression bomb; raise it only for files you trust)")
 
 
