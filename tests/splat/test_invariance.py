@@ -46,7 +46,10 @@ TRANSFORMS = {
 # held-out at the default orientation, through the rung search's path dependence
 # (docs/EVALUATION.md), so they are not the default. The near plane scales with the scene
 # (a 1e-3 copy decoded 27.4 vs 33.3 dB with the old absolute 0.01).
-XFAIL = {"rotation 37 about a tilted axis, shifted": "world-axis ring azimuth and Morton grouping (issue 26 item 4)"}
+# The quarter turn (z-up) keeps every camera with the scene (test below) but not the grouping:
+# 0.13 dB apart without the coverage views, 0.60 dB with them (33.17 vs 33.77, same rung).
+XFAIL = {"rotation 37 about a tilted axis, shifted": "world-axis ring azimuth and Morton grouping (issue 26 item 4)",
+         "z-up": "world-axis Morton grouping (issue 26 item 4): 0.60 dB apart"}
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=XFAIL[n]))

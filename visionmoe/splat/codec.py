@@ -141,9 +141,8 @@ def compress(
     ``up`` (a 3-vector or ``"+z"``-style axis; default ``-y``, the INRIA/COLMAP convention;
     azimuth 0 still comes from a world axis, docs/EVALUATION.md). With the default views,
     ``coverage_views`` more views from every direction (alternately at the orbit distance and
-    half of it; ``contribution.coverage_views``) give a contribution to the Gaussians the orbit
-    views would prune, so that nothing a viewer sees from below, from a steep angle or from
-    closer up is pruned; 0 turns them off.
+    half of it; ``contribution.coverage_views``) add to the contributions, so that nothing a
+    viewer sees from below, from a steep angle or from closer up is pruned; 0 turns them off.
     ``device``: where every render of the encode runs (contributions, checks, pruning search,
     refinement); None picks CUDA when torch sees a GPU. The codec itself runs on the CPU. On
     CUDA the bytes are reproducible only to rounding (float atomics); the CPU is bit-exact.
@@ -217,13 +216,8 @@ def _contributions(scene: GaussianScene, opts: EncodeOptions, prog: Progress):
         if opts.cameras is None and opts.coverage_views > 0:
             from .contribution import coverage_views
 
-            # They only protect from pruning: a Gaussian the rings see keeps the rings' weight
-            # (counting the coverage views in every weight cost 0.35 dB more at 20x on four
-            # float scenes, docs/EVALUATION.md); one they miss gets what the coverage views see.
             cover = coverage_views(scene, num_views=opts.coverage_views, size=opts.view_size, up=opts.up)
-            faint = contributions < opts.prune_threshold
-            contributions = torch.where(faint, contributions + image_contributions(scene, cover, device=opts.device),
-                                        contributions)
+            contributions = contributions + image_contributions(scene, cover, device=opts.device)
         prog("contributions", 1, 1)
     contributions = contributions.detach().float().cpu()
     n_in = scene.num_gaussians

@@ -52,8 +52,8 @@ _COVERAGE_DISTANCES = (1.0, 0.5)
 def coverage_views(scene: GaussianScene, *, num_views: int = 16, size: int = 256, up="-y"):
     """Views from every direction (a Fibonacci lattice over the whole sphere about ``up``, no
     seed), alternately at the orbit distance and half of it: what a viewer may see that the
-    default rings do not. The encoder counts them for the Gaussians the rings would prune
-    (``codec``); the render checks and the refinement keep to the rings."""
+    default rings do not. They weigh into the contributions (so pruning and the allocator's
+    weights count them); the render checks and the refinement keep to the rings."""
     from .cameras import frame_cameras, scene_frame, sphere_directions
 
     frame = scene_frame(scene, up=up)

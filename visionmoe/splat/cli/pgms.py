@@ -100,9 +100,9 @@ def _add_target(p) -> None:
     p.add_argument("--views", type=positive_int, default=16, help="orbit views for contributions at 20 degrees, plus half as many at 45 and at 0 (default 16)")
     p.add_argument("--view-size", type=positive_int, default=256, help="contribution view size in pixels (default 256)")
     p.add_argument("--coverage-views", type=nonnegative_int, default=16,
-                   help="without --cameras: views from every direction (orbit distance and half of it) that keep "
-                        "what the orbit views miss from being pruned, e.g. what is seen from below or close up "
-                        "(default 16, 0: off)")
+                   help="without --cameras: views from every direction (orbit distance and half of it) that also "
+                        "count in the contributions, so nothing seen from below or close up is pruned (default 16, "
+                        "0: off)")
     p.add_argument("--cameras", help="INRIA cameras.json to use instead of orbit views")
     p.add_argument("--up", type=_up, default="-y",
                    help="the scene's up direction for the orbit views: +x,-x,+y,-y,+z,-z or x,y,z (default -y, "
