@@ -87,3 +87,29 @@ def test_up_turns_the_default_views_with_the_scene():
     assert float(pose_distance(a, b, scene_frame(scene).size).diagonal().max()) < 1e-4
     with pytest.raises(ValueError, match="up"):
         compress(scene, up="sideways", **OPTS)
+
+
+@pytest.mark.parametrize("scale", [1e-3, 1e3])
+def test_pyramid_of_a_rescaled_scene_is_the_rescaled_pyramid(scale):
+    """Merges in other units: the same tree, distortions and opacities, log-scales shifted by
+    log(scale), thin axes included (an absolute floor once turned a merged node's e^-14 thin axis
+    into e^-12 in a 1e-3x copy, and its distortion from ~0 to 1e4)."""
+    import math
+
+    from visionmoe.splat.pyramid import build_pyramid
+
+    scene = object_scene(300)
+    flat = scene.log_scales.clone()
+    flat[::3, 2] -= 9.0  # every third Gaussian flat: e^-12 thin axes, 1e-4 of its width
+    scene = GaussianScene(means=scene.means.double(), quats=scene.quats.double(), log_scales=flat.double(),
+                          opacity_logits=scene.opacity_logits.double(), sh_dc=scene.sh_dc.double(),
+                          sh_rest=scene.sh_rest.double())
+    w = torch.rand(scene.num_gaussians, generator=torch.Generator().manual_seed(0)) + 0.1
+    a = build_pyramid(scene, w)
+    b = build_pyramid(transform_scene(scene, None, None, scale), w)
+    assert [lv.num_gaussians for lv in a.levels] == [lv.num_gaussians for lv in b.levels]
+    for lv in range(a.num_levels):
+        torch.testing.assert_close(b.levels[lv].log_scales, a.levels[lv].log_scales + math.log(scale), rtol=0, atol=1e-3)
+        torch.testing.assert_close(b.levels[lv].opacity_logits, a.levels[lv].opacity_logits, rtol=0, atol=1e-3)
+        torch.testing.assert_close(b.distortion[lv], a.distortion[lv], rtol=1e-3, atol=1e-4)
+    assert float(a.levels[-2].log_scales.min()) < -12.0  # merged thin axes below the old floor

@@ -145,7 +145,7 @@ def build_pyramid(scene: GaussianScene, weights: torch.Tensor, *, branching: int
     w_leaf = weights[order]
     codes = codes[order]
     levels, wts, parents = [leaves], [w_leaf], []
-    cov = covariance(leaves.quats, leaves.log_scales)
+    cov = covariance(leaves.quats, leaves.log_scales, torch.float64)
     current, w_cur = leaves, w_leaf
     while current.num_gaussians > min_root and len(levels) < max_levels:
         gid = _group(codes, branching)

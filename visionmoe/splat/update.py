@@ -46,31 +46,35 @@ def merge(scene: GaussianScene, weights: torch.Tensor, segment_ids: torch.Tensor
     ``weights`` [N] are image-space contributions (a tiny floor keeps zero-weight groups defined);
     ``cov`` [N, 3, 3] may pass precomputed member covariances.
     """
-    w = weights.float().clamp_min(0)
+    w = weights.double().clamp_min(0)
     # A floor relative to the group keeps all-hidden groups well defined without pulling visible ones.
     w = w + 1e-6 * (w.max() if w.numel() else 1.0) + 1e-20
     if cov is None:
-        cov = covariance(scene.quats, scene.log_scales)
-    mom = segment_moments(scene.means.float(), w, segment_ids, num_segments)
-    wsum = mom.weight_sum.clamp_min(1e-30)
-    inner = torch.zeros(num_segments, 9).index_add_(0, segment_ids, cov.reshape(-1, 9) * w[:, None]) / wsum[:, None]
-    merged_cov = mom.cov + inner.reshape(-1, 3, 3)
+        cov = covariance(scene.quats, scene.log_scales, torch.float64)
+    # moments in float64: a merged primitive's thin axis survives (see covariance)
+    mom = segment_moments(scene.means.double(), w, segment_ids, num_segments)
+    wsum = mom.weight_sum.clamp_min(1e-300)
+    inner = torch.zeros(num_segments, 9, dtype=torch.float64).index_add_(0, segment_ids, cov.double().reshape(-1, 9) * w[:, None])
+    merged_cov = mom.cov + (inner / wsum[:, None]).reshape(-1, 3, 3)
     quats, log_scales = decompose_covariance(merged_cov)
     k = scene.sh_rest.shape[1] + 1
     sh_m = torch.zeros(num_segments, 3 * k)
+    w32 = w.float()
     for s in range(0, scene.num_gaussians, _CHUNK):  # chunked: an [N, K, 3] copy is GBs at 2M SH3
         blk = torch.cat([scene.sh_dc[s: s + _CHUNK, None], scene.sh_rest[s: s + _CHUNK]], 1).float()
-        sh_m.index_add_(0, segment_ids[s: s + _CHUNK], blk.reshape(blk.shape[0], -1) * w[s: s + _CHUNK, None])
-    sh_m = (sh_m / wsum[:, None]).reshape(num_segments, -1, 3)
-    alpha = torch.sigmoid(scene.opacity_logits.float())
-    visible = (weights > 0).float() if bool((weights > 0).any()) else torch.ones_like(alpha)
-    mass = torch.zeros(num_segments).index_add_(0, segment_ids, alpha * footprint_area(scene.log_scales) * visible)
-    alpha_m = (mass / footprint_area(log_scales).clamp_min(1e-30)).clamp(1e-4, 0.99)
+        sh_m.index_add_(0, segment_ids[s: s + _CHUNK], blk.reshape(blk.shape[0], -1) * w32[s: s + _CHUNK, None])
+    sh_m = (sh_m / wsum.float()[:, None]).reshape(num_segments, -1, 3)
+    alpha = torch.sigmoid(scene.opacity_logits.double())
+    visible = (weights > 0).double() if bool((weights > 0).any()) else torch.ones_like(alpha)
+    # areas in float64: a 1e-3x scene's footprints are 1e-6x as large (no absolute floor binds)
+    mass = torch.zeros(num_segments, dtype=torch.float64).index_add_(
+        0, segment_ids, alpha * footprint_area(scene.log_scales.double()) * visible)
+    alpha_m = (mass / footprint_area(log_scales.double()).clamp_min(1e-300)).clamp(1e-4, 0.99).float()
     merged = GaussianScene(
         means=mom.mean.float(), quats=quats, log_scales=log_scales,
         opacity_logits=torch.logit(alpha_m), sh_dc=sh_m[:, 0].contiguous(), sh_rest=sh_m[:, 1:].contiguous(),
     )
-    return merged, mom.weight_sum, merged_cov
+    return merged, mom.weight_sum.float(), merged_cov
 
 
 # Adam learning rates per parameter, those of 3DGS training (means: per unit of scene extent),
