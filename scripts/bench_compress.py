@@ -147,6 +147,8 @@ def main() -> int:
                     help="scene names (comma separated) that are float-trained; names containing 'float' are too")
     ap.add_argument("--out", default=str(REPO / "out" / "bench"))
     ap.add_argument("--node-dir", default=str(REPO / "out" / "node"))
+    ap.add_argument("--frame", choices=("scene", "world"), default="scene",
+                    help="PGMS's frame (compress(frame=)): the scene's own axes (default) or the world's")
     ap.add_argument("--no-peers", action="store_true")
     ap.add_argument("--no-install", action="store_true", help="do not npm-install the peers' tool")
     ap.add_argument("--plot-table", help="only redraw the plot from this markdown file's table rows (to --out if it names a .png, "
@@ -174,10 +176,10 @@ def main() -> int:
         ref_bytes = reference_ply_bytes(scene.num_gaussians, scene.sh_degree)
         frame = scene_frame(scene)
         cams = heldout_cameras(scene, num_views=args.views, size=args.size)
-        enc_cams = encoder_cameras(scene)  # every pose the encoder renders (contributions, checks, refinement)
+        enc_cams = encoder_cameras(scene, frame=args.frame)  # every pose the encoder renders (contributions, checks, refinement)
         separation = check_disjoint(cams, enc_cams, frame.size)  # raises if a held-out view is one of them
         ref = render_all(scene, cams)
-        orbit = len(encoder_cameras(scene, coverage_views=0))  # "seen": the orbit poses, as before
+        orbit = len(encoder_cameras(scene, coverage_views=0, frame=args.frame))  # "seen": the orbit poses, as before
         idx = torch.linspace(0, orbit - 1, max(1, min(args.seen_views, orbit))).round().long().tolist()
         seen = enc_cams[idx].scaled(args.size / enc_cams.width)
         seen_ref = render_all(scene, seen)
@@ -197,7 +199,7 @@ def main() -> int:
 
         for r in targets:
             t = time.perf_counter()
-            res = compress(scene, ratio=r)
+            res = compress(scene, ratio=r, frame=args.frame)
             enc = time.perf_counter() - t
             t = time.perf_counter()
             dec = decompress(res.data)
@@ -219,7 +221,8 @@ def main() -> int:
             label = "original" if tr is None else tr.name
             t = time.perf_counter()
             up = torch.tensor([0.0, -1.0, 0.0], dtype=torch.float64)
-            res = compress(moved, ratio=args.invariance_target, up=up if tr is None else tr.rotation @ up)
+            res = compress(moved, ratio=args.invariance_target, up=up if tr is None else tr.rotation @ up,
+                           frame=args.frame)
             enc = time.perf_counter() - t
             mref = render_all(moved, mcams)
             p = float(psnr(render_all(decompress(res.data), mcams), mref))

@@ -76,7 +76,7 @@ def test_float_stream_round_trip():
 @pytest.mark.parametrize("mutate,match", [
     (lambda d: b"", "shorter than the 12-byte preamble"),
     (lambda d: b"PK\x03\x04" + d[4:], "magic"),
-    (lambda d: d[:8] + struct.pack("<HH", 5, 0) + d[12:], "version 5.0 is not supported"),
+    (lambda d: d[:8] + struct.pack("<HH", 6, 0) + d[12:], "version 6.0 is not supported"),
     (lambda d: d[:-17], "truncated"),
     (lambda d: d[:40], "truncated"),
     (lambda d: d + b"\x00", "unexpected bytes after the END0"),

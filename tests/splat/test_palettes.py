@@ -36,7 +36,9 @@ def grid_scene(n: int = 1200, seed: int = 3):
 @pytest.fixture(scope="module")
 def grid_pgms():
     s = grid_scene()
-    res = compress(s, ratio=2, contributions=torch.full((s.num_gaussians,), 5.0), preset=(TOP, 0))
+    # coded as given: in the canonical frame a decoded log-scale is the table's value plus the
+    # frame's log-scale, one float32 rounding away (checked below)
+    res = compress(s, ratio=2, contributions=torch.full((s.num_gaussians,), 5.0), preset=(TOP, 0), frame="world")
     return s, res
 
 
@@ -49,13 +51,18 @@ def test_palette_channels_are_lossless(grid_pgms):
         for c in range(cols):
             np.testing.assert_array_equal(np.sort(getattr(dec, name)[:, c].numpy()), np.sort(getattr(src, name)[:, c].numpy()))
     np.testing.assert_allclose(np.sort(dec.opacity_logits.numpy()), np.sort(src.opacity_logits.numpy()), rtol=0, atol=1e-6)
+    canon = decompress(compress(src, ratio=2, contributions=torch.full((src.num_gaussians,), 5.0), preset=(TOP, 0)).data)
+    for c in range(3):
+        np.testing.assert_array_equal(np.sort(canon.sh_dc[:, c].numpy()), np.sort(src.sh_dc[:, c].numpy()))
+        np.testing.assert_allclose(np.sort(canon.log_scales[:, c].numpy()), np.sort(src.log_scales[:, c].numpy()),
+                                   rtol=0, atol=5e-7)
 
 
 def test_palette_file_is_deterministic_and_progressive(grid_pgms):
     src, res = grid_pgms
-    again = compress(src, ratio=2, contributions=torch.full((src.num_gaussians,), 5.0), preset=(TOP, 0))
+    again = compress(src, ratio=2, contributions=torch.full((src.num_gaussians,), 5.0), preset=(TOP, 0), frame="world")
     assert again.data == res.data
-    assert bs.read_preamble(res.data) == bs.VERSION == (4, 0)
+    assert bs.read_preamble(res.data) == bs.VERSION == (5, 0)
     secs = [sec for sec in bs.iter_sections(res.data) if sec.tag == "LEVL"]
     end0 = secs[0].offset + 16 + len(secs[0].payload)
     coarse = decompress(res.data[:end0], level=0)
@@ -121,5 +128,5 @@ def test_older_format_files_still_decode():
     v1 = decompress(data[:8] + bytes([1, 0, 0, 0]) + data[12:])
     for k in ("means", "quats", "log_scales", "opacity_logits"):
         np.testing.assert_array_equal(getattr(v1, k).numpy(), want[k], err_msg=k)
-    with pytest.raises(SceneError, match="version 5.0"):
-        decompress(data[:8] + bytes([5, 0, 0, 0]) + data[12:])
+    with pytest.raises(SceneError, match="version 6.0"):
+        decompress(data[:8] + bytes([6, 0, 0, 0]) + data[12:])

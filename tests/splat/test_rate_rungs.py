@@ -24,7 +24,9 @@ def test_per_primitive_sh_rungs_exist():
 def test_per_primitive_sh_round_trip():
     s = random_scene(500, 2, seed=4)
     w = torch.full((500,), 5.0)
-    res = compress(s, ratio=1.5, contributions=w, preset=(TOP_G, TOP_A))
+    # coded as given: in the canonical frame each band is turned after decoding, which mixes
+    # the per-coefficient rounding errors (the bound below is per coded coefficient)
+    res = compress(s, ratio=1.5, contributions=w, preset=(TOP_G, TOP_A), frame="world")
     tags = [sec.tag for sec in bs.iter_sections(res.data)]
     assert "SHQP" in tags and "CBSH" not in tags
     assert res.primitives == 500
@@ -35,7 +37,7 @@ def test_per_primitive_sh_round_trip():
         a = np.sort(dec.sh_rest[:, j, 0].numpy())
         b = np.sort(s.sh_rest[:, j, 0].numpy())
         assert np.abs(a - b).max() <= step / 2 + 1e-6
-    assert compress(s, ratio=1.5, contributions=w, preset=(TOP_G, TOP_A)).data == res.data
+    assert compress(s, ratio=1.5, contributions=w, preset=(TOP_G, TOP_A), frame="world").data == res.data
 
 
 def test_bad_shqp_is_format_error():

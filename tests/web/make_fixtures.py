@@ -78,6 +78,8 @@ def quick_set() -> list[tuple[str, GaussianScene, dict]]:
         ("random_sh0", *synthetic(random_scene(3000, 0, seed=11), ratio=8)),
         ("random_sh2_pinned", *synthetic(random_scene(3000, 2, seed=12), ratio=4, preset=(5, 5))),
         ("lossy_grid_palettes", *synthetic(lossy_grid_scene(), ratio=4)),
+        # coded as given (no XFRM section): the world frame
+        ("random_sh1_world_frame", *synthetic(random_scene(2000, 1, seed=14), ratio=6, frame="world")),
         ("single_node_levels", *synthetic(random_scene(40, 1, seed=13), ratio=3)),
         # a target below the coarsest rung: every node stays in level 0, the finest level is empty
         ("empty_finest_level", *synthetic(random_scene(300, 0, seed=9), ratio=400)),

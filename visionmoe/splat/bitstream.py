@@ -35,14 +35,16 @@ from .coders import (_SLOW_CODER_LIMIT, ALL_CODERS, CODER_LZMA, CODER_NAMES, COD
                      zstd_compress, zstd_decompress, lzma_decompress, rans_decode)
 # (Quantizer, ShGrid, Palettes, identity_frames, decorrelate_dc... are re-exported:
 # ``bitstream`` stays the one import for the format's types.)
+from .file_transform import XFRM, FileTransform  # noqa: F401 (re-exported: section XFRM)
 from .quantize import (MAX_PALETTE, PALETTE_CHANNELS, PALETTE_NONE, PALETTE_PREDICTED, DecodedLevel, Palettes,
                        Parents, Quantizer, ShapeTable, ShGrid, Tables, correlate_dc, decorrelate_dc, dequantize_level,
                        identity_frames)  # noqa: F401
 
 MAGIC = b"\x89PGMS\r\n\x1a"
-VERSION = (4, 0)
-# 1.x (no PALT section) and 2.x (absolute fine-tier shapes, world-axis offsets) decode unchanged
-READABLE_MAJORS = (1, 2, 3, 4)
+VERSION = (5, 0)
+# 1.x (no PALT section) and 2.x (absolute fine-tier shapes, world-axis offsets) decode unchanged;
+# 5.x adds the optional XFRM section (the similarity from the coded frame to the scene's)
+READABLE_MAJORS = (1, 2, 3, 4, 5)
 SECTION_HEADER = struct.Struct("<4sBBHI")  # tag, level, reserved, reserved, length
 STREAM_HEAD = struct.Struct("<BBBBIQI")  # kind, coder, width, pad, n, alphabet, coded size
 GLOBAL_LEVEL = 0xFF
@@ -331,6 +333,7 @@ class FileMeta:
     source_gaussians: int = 0
     reference_bytes: int = 0  # native-degree float32 .ply size of the source
     palettes: Palettes | None = None  # fine-tier value tables (section PALT)
+    transform: FileTransform | None = None  # coded frame -> the scene's (section XFRM)
 
 
 def write_pgms(meta: FileMeta, shape_codebook: np.ndarray, sh_codebook: np.ndarray | ShGrid | None,
@@ -358,6 +361,8 @@ def write_pgms(meta: FileMeta, shape_codebook: np.ndarray, sh_codebook: np.ndarr
         sh_codebook = None
     has_sh = sh_codebook is not None and meta.sh_degree > 0 and len(sh_codebook) > 0
     out = [pack_preamble(), pack_section("HEAD", _pack_head(meta, counts, shape_codebook, sh_codebook if has_sh else None))]
+    if meta.transform is not None:
+        out.append(pack_section("XFRM", meta.transform.pack()))
     out += _global_sections(meta, shape_codebook, sh_codebook if has_sh else None, shq, stats)
     for lv in range(n_levels):
         w = StreamWriter(coders, stream_cache)
@@ -511,6 +516,14 @@ def parse_header(payload: bytes, file_size: int) -> Header:
     return Header(n_levels, sh_degree, level0, total, source, k_shape, k_sh, bool(has_sh), cb_degree, origin, quant, ref)
 
 
+GLOBAL_SECTIONS = ("XFRM", "CBSR", "CBSH", "SHQP", "PALT")  # in file order, after HEAD
+
+
+def read_transform(header: Header, books: dict) -> FileTransform | None:
+    """Section XFRM (format 5+), validated; None where the coded frame is the scene's."""
+    return FileTransform.unpack(books["XFRM"], header.sh_degree) if "XFRM" in books else None
+
+
 def read_container(data: bytes | memoryview, max_level: int | None = None):
     """Parse preamble, HEAD and the sections up to ``max_level`` -> (header, codebooks, level payloads).
 
@@ -521,12 +534,13 @@ def read_container(data: bytes | memoryview, max_level: int | None = None):
     if first.tag != "HEAD":
         raise FormatError(f"corrupt .pgms: first section is {first.tag!r}, expected 'HEAD'")
     header = parse_header(first.payload, len(data))
+    major = read_preamble(data)[0]
     books, levels = {}, []
     for sec in it:
-        if sec.tag in ("CBSR", "CBSH", "SHQP", "PALT"):
-            order = ("CBSR", "CBSH", "SHQP", "PALT")
+        if sec.tag in GLOBAL_SECTIONS and (sec.tag != "XFRM" or major >= 5):
+            order = GLOBAL_SECTIONS
             if levels or sec.tag in books or any(order.index(t) > order.index(sec.tag) for t in books):
-                raise FormatError(f"corrupt .pgms: codebook section {sec.tag} out of order")
+                raise FormatError(f"corrupt .pgms: global section {sec.tag} out of order")
             books[sec.tag] = sec.payload
         elif sec.tag == "LEVL":
             if sec.level != len(levels):

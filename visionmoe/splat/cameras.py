@@ -288,6 +288,13 @@ class SceneFrame:
         the scene."""
         return self.axes[int((self.axes @ self.up).abs()[:2].argmin())]
 
+    def canonical_axes(self) -> torch.Tensor:
+        """[3, 3] rows: azimuth 0 (:attr:`azimuth_origin` in the plane perpendicular to ``up``),
+        ``up``, and their cross product: a right-handed frame that keeps the scene's up and turns
+        with the scene (the frame PGMS encodes in)."""
+        e1, _ = _plane_basis(self.up, self.azimuth_origin)
+        return torch.stack([e1, self.up, torch.linalg.cross(e1, self.up)])
+
     @property
     def near(self) -> float:
         return NEAR_FRACTION * self.size

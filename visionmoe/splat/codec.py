@@ -13,7 +13,7 @@ import logging
 import math
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -122,6 +122,7 @@ def compress(
     view_size: int = 256,
     coverage_views: int = 16,
     up="-y",
+    frame: str = "scene",
     preset: tuple[int, int] | None = None,
     refine_steps: int | None = None,
     prune_threshold: float = 1 / 255,
@@ -138,8 +139,11 @@ def compress(
     views; found by bisection on the size). ``cameras``: a ``Cameras`` for contributions (and
     the PSNR search), default ``num_views`` orbit views of ``view_size`` pixels at 20 degrees of
     elevation plus half as many at 45 and at 0 (``contribution.default_cameras``), orbiting
-    ``up`` (a 3-vector or ``"+z"``-style axis; default ``-y``, the INRIA/COLMAP convention;
-    azimuth 0 still comes from a world axis, docs/EVALUATION.md). With the default views,
+    ``up`` (a 3-vector or ``"+z"``-style axis; default ``-y``, the INRIA/COLMAP convention).
+    ``frame``: ``"scene"`` (default) takes the views' azimuth 0 and the pyramid's grouping grid
+    from the scene (its up and the principal axis across it), so a turned, moved or rescaled
+    scene (``up`` turned with it) is encoded alike; ``"world"`` takes them from the world axes
+    (the encoder before this option; docs/EVALUATION.md). With the default views,
     ``coverage_views`` more views from every direction (alternately at the orbit distance and
     half of it; ``contribution.coverage_views``) add to the contributions, so that nothing a
     viewer sees from below, from a steep angle or from closer up is pruned; 0 turns them off.
@@ -164,7 +168,7 @@ def compress(
     """
     opts = EncodeOptions(ratio=ratio, size=size, psnr=psnr, cameras=cameras, device=device,
                          contributions=contributions, num_views=num_views, view_size=view_size,
-                         coverage_views=coverage_views, up=up, preset=preset,
+                         coverage_views=coverage_views, up=up, frame=frame, preset=preset,
                          refine_steps=refine_steps, prune_threshold=prune_threshold, verify_views=verify_views,
                          verify_candidates=verify_candidates, prune_search=prune_search, seed=seed)
     prog = Progress(progress)
@@ -228,9 +232,27 @@ def _contributions(scene: GaussianScene, opts: EncodeOptions, prog: Progress):
     return contributions, cameras, known
 
 
+def _to_canonical(scene: GaussianScene, opts: EncodeOptions):
+    """``frame="scene"``: -> (the scene in its canonical frame, the options moved with it, the
+    file's way back). Every choice the encoder makes (views, grouping grid, quantisation grids,
+    SH codebooks) is then made in a frame derived from the scene alone, so a turned, moved or
+    rescaled copy of a scene (its up turned with it) is coded alike up to float rounding."""
+    if opts.frame == "world":
+        return scene, opts, None
+    from .cameras import transform_cameras
+    from .similarity import canonical_similarity, file_transform, transform_scene
+
+    R, t, s = canonical_similarity(scene, opts.up)
+    canon = transform_scene(scene, R, t, s)
+    back = file_transform(R.T, -(R.T @ t) / s, 1.0 / s, scene.sh_degree)
+    cameras = None if opts.cameras is None else transform_cameras(opts.cameras, R, t, s)
+    return canon, replace(opts, cameras=cameras, up=(0.0, 1.0, 0.0)), back
+
+
 def _encode(scene: GaussianScene, opts: EncodeOptions, prog: Progress) -> CompressResult:
     times = StageTimes()
     t0 = time.perf_counter()
+    scene, opts, transform = _to_canonical(scene, opts)
     n_in = scene.num_gaussians
     ref_bytes = reference_ply_bytes(n_in, scene.sh_degree)
     with times.stage("contributions"):
@@ -244,7 +266,7 @@ def _encode(scene: GaussianScene, opts: EncodeOptions, prog: Progress) -> Compre
                                         f"{tree.pyramid.num_levels} levels"):
         kept, w = prune_faint(scene, contributions, opts.prune_threshold)
         prog("pyramid", 0, 1)
-        tree = build_tree(kept, w, scene.sh_degree, n_in, ref_bytes)
+        tree = build_tree(kept, w, scene.sh_degree, n_in, ref_bytes, transform)
         prog("pyramid", 1, 1)
     if opts.psnr is None:
         target = opts.target_bytes(ref_bytes)

@@ -85,6 +85,13 @@ def decompress(path_or_bytes, level: int | None = None, *, max_memory: int | Non
     return _decode(data, level, max_memory)
 
 
+def decode_coded(data: bytes) -> GaussianScene:
+    """The encoder's own decode of a file it just wrote: the scene in the file's coded frame
+    (its XFRM section, if any, not applied: the encoder's references live in that frame), with
+    no memory limit (:data:`TRUSTED`)."""
+    return _decode(bytes(data), None, TRUSTED, coded_frame=True)
+
+
 def level_node_counts(header: bs.Header, payloads: list[bytes]) -> list[int]:
     """Each level section's node count, from its first stream's header alone (nothing decoded),
     checked against HEAD before anything is sized by it: level 0 holds ``level0`` nodes, no
@@ -178,7 +185,7 @@ class _Output:
                              opacity_logits=t(self.opacity), sh_dc=t(self.dc), sh_rest=t(self.rest))
 
 
-def _decode(data: bytes, level: int | None, max_memory: int | None) -> GaussianScene:
+def _decode(data: bytes, level: int | None, max_memory: int | None, coded_frame: bool = False) -> GaussianScene:
     header, books, payloads = bs.read_container(data, level)
     major, _minor = bs.read_preamble(data)
     counts = level_node_counts(header, payloads)
@@ -215,7 +222,14 @@ def _decode(data: bytes, level: int | None, max_memory: int | None) -> GaussianS
         kept.clear()
         for a in range(0, n, CHUNK_NODES):
             at = out.put(at, dequantize(sym, a, min(n, a + CHUNK_NODES), fine, where))
-    scene = out.scene()
-    if scene.num_gaussians == 0:
+    if out.means.shape[0] == 0:
         raise bs.FormatError("corrupt .pgms: the decoded scene holds no Gaussians")
-    return scene
+    back = bs.read_transform(header, books)
+    if back is not None and not coded_frame:  # the file codes the scene in its canonical frame: map it back
+        from .similarity import apply_file_transform_
+
+        with np.errstate(over="ignore", invalid="ignore"):
+            apply_file_transform_(out.means, out.quats, out.log_scales, out.rest, back)
+        if not (np.isfinite(out.means).all() and np.isfinite(out.log_scales).all()):
+            raise bs.FormatError("corrupt .pgms: positions or scales are not finite in the scene's frame (XFRM)")
+    return out.scene()

@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import torch
 
 from .cameras import CameraError, Cameras, frame_cameras, pose_distance, scene_frame, sphere_directions
 from .io import GaussianScene
+from .similarity import quat_from_rotmat, rotation_matrix, transform_scene  # noqa: F401 (re-exported)
 
 logger = logging.getLogger(__name__)
 
@@ -108,20 +109,27 @@ def split_cameras(cameras: Cameras, every: int = HOLDOUT_EVERY) -> CameraSplit:
 
 
 def encoder_cameras(scene: GaussianScene, cameras: Cameras | None = None, *, num_views: int = 16,
-                    view_size: int = 256, up="-y", coverage_views: int = 16) -> Cameras:
+                    view_size: int = 256, up="-y", coverage_views: int = 16, frame: str = "scene") -> Cameras:
     """The poses the encoder renders for ``compress(scene, cameras=cameras, num_views=...,
-    view_size=..., up=..., coverage_views=...)``: ``cameras`` when given, else its default
+    view_size=..., up=..., coverage_views=..., frame=...)``: ``cameras`` when given, else its default
     orbit views followed by its coverage views (``contribution.coverage_views``). Its refinement
     and verification views are the orbit poses (at other pixel sizes), so a check against these
     covers every view the encoder saw (``coverage_views=0``: the orbit poses alone)."""
     if cameras is not None:
         return cameras
+    from .cameras import transform_cameras
     from .contribution import coverage_views as coverage, default_cameras
+    from .similarity import canonical_similarity
 
-    rings = default_cameras(scene, num_views=num_views, size=view_size, up=up)
-    if coverage_views <= 0:
-        return rings
-    return Cameras.concat([rings, coverage(scene, num_views=coverage_views, size=view_size, up=up)])
+    if frame == "scene":  # the encoder renders the canonical scene: its views, mapped back
+        R, t, s = canonical_similarity(scene, up)
+        canon, up = transform_scene(scene, R, t, s), (0.0, 1.0, 0.0)
+    else:
+        canon = scene
+    cams = default_cameras(canon, num_views=num_views, size=view_size, up=up)
+    if coverage_views > 0:
+        cams = Cameras.concat([cams, coverage(canon, num_views=coverage_views, size=view_size, up=up)])
+    return cams if frame != "scene" else transform_cameras(cams, R.T, -(R.T @ t) / s, 1.0 / s)
 
 
 def check_disjoint(eval_cameras: Cameras, seen_cameras: Cameras, scale: float,
@@ -174,90 +182,6 @@ def score_views(reference: torch.Tensor, images: torch.Tensor, label: str = "") 
 
 
 # ----------------------------------------------------------------------------- transforms
-
-
-def rotation_matrix(axis, angle_deg: float) -> torch.Tensor:
-    """[3, 3] float64 rotation by ``angle_deg`` about ``axis`` (right-handed)."""
-    a = torch.as_tensor(axis, dtype=torch.float64).reshape(3)
-    if not (torch.isfinite(a).all() and a.norm() > 0):
-        raise ValueError(f"axis must be a non-zero finite 3-vector, got {axis!r}")
-    a = a / a.norm()
-    th = math.radians(angle_deg)
-    K = torch.tensor([[0, -a[2], a[1]], [a[2], 0, -a[0]], [-a[1], a[0], 0]], dtype=torch.float64)
-    return torch.eye(3, dtype=torch.float64) + math.sin(th) * K + (1 - math.cos(th)) * K @ K
-
-
-def quat_from_rotmat(R: torch.Tensor) -> torch.Tensor:
-    """[4] (w, x, y, z) unit quaternion of a [3, 3] rotation matrix (w >= 0)."""
-    R = torch.as_tensor(R, dtype=torch.float64)
-    m = R
-    tr = float(m[0, 0] + m[1, 1] + m[2, 2])
-    if tr > 0:
-        s = math.sqrt(tr + 1.0) * 2
-        q = [0.25 * s, (m[2, 1] - m[1, 2]) / s, (m[0, 2] - m[2, 0]) / s, (m[1, 0] - m[0, 1]) / s]
-    elif m[0, 0] > m[1, 1] and m[0, 0] > m[2, 2]:
-        s = math.sqrt(1.0 + m[0, 0] - m[1, 1] - m[2, 2]) * 2
-        q = [(m[2, 1] - m[1, 2]) / s, 0.25 * s, (m[0, 1] + m[1, 0]) / s, (m[0, 2] + m[2, 0]) / s]
-    elif m[1, 1] > m[2, 2]:
-        s = math.sqrt(1.0 + m[1, 1] - m[0, 0] - m[2, 2]) * 2
-        q = [(m[0, 2] - m[2, 0]) / s, (m[0, 1] + m[1, 0]) / s, 0.25 * s, (m[1, 2] + m[2, 1]) / s]
-    else:
-        s = math.sqrt(1.0 + m[2, 2] - m[0, 0] - m[1, 1]) * 2
-        q = [(m[1, 0] - m[0, 1]) / s, (m[0, 2] + m[2, 0]) / s, (m[1, 2] + m[2, 1]) / s, 0.25 * s]
-    q = torch.tensor([float(v) for v in q], dtype=torch.float64)
-    q = q / q.norm()
-    return -q if q[0] < 0 else q
-
-
-def _quat_mul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Hamilton product a * b of (w, x, y, z) quaternions (a [4], b [N, 4])."""
-    aw, ax, ay, az = a.unbind(-1)
-    bw, bx, by, bz = b.unbind(-1)
-    return torch.stack([aw * bw - ax * bx - ay * by - az * bz, aw * bx + ax * bw + ay * bz - az * by,
-                        aw * by - ax * bz + ay * bw + az * bx, aw * bz + ax * by - ay * bx + az * bw], dim=-1)
-
-
-def _sh_rotation(degree: int, R: torch.Tensor) -> list[torch.Tensor]:
-    """Per band l = 1..degree, the [2l+1, 2l+1] matrix D with ``c' = D c`` for SH coefficients
-    in the renderer's real basis: a Gaussian turned by R looks from ``R d`` as it did from ``d``.
-    Solved by least squares on sampled directions (exact: each band is closed under rotation)."""
-    from ..ops._torch_ref import sh_basis
-
-    dirs = torch.randn(256, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
-    dirs = dirs / dirs.norm(dim=-1, keepdim=True)
-    Y = sh_basis(degree, dirs)  # [M, K] at d'
-    Yb = sh_basis(degree, dirs @ R)  # at R^T d'
-    out = []
-    for band in range(1, degree + 1):
-        sl = slice(band * band, (band + 1) ** 2)
-        out.append(torch.linalg.lstsq(Y[:, sl], Yb[:, sl]).solution)
-    return out
-
-
-def transform_scene(scene: GaussianScene, rotation=None, translation=None, scale: float = 1.0) -> GaussianScene:
-    """The scene moved by ``x -> scale * rotation @ x + translation``: positions, orientations
-    (quaternions composed with the rotation), log-scales (+ log scale) and view-dependent SH
-    bands (rotated so every Gaussian looks the same from the moved viewpoint). Opacity and DC
-    colour do not change. Computed in float64, returned in the scene's dtype."""
-    R = torch.eye(3, dtype=torch.float64) if rotation is None else torch.as_tensor(rotation, dtype=torch.float64)
-    t = torch.zeros(3, dtype=torch.float64) if translation is None else torch.as_tensor(translation,
-                                                                                        dtype=torch.float64)
-    if R.shape != (3, 3) or not torch.allclose(R @ R.T, torch.eye(3, dtype=torch.float64), atol=1e-6) \
-            or float(torch.linalg.det(R)) < 0:
-        raise ValueError("rotation must be a proper [3, 3] rotation matrix")
-    if t.shape != (3,) or not torch.isfinite(t).all() or not (math.isfinite(scale) and scale > 0):
-        raise ValueError(f"translation must be a finite [3] vector and scale positive, got {t.tolist()}, {scale!r}")
-    dt = scene.means.dtype
-    means = scale * scene.means.double() @ R.T + t
-    quats = _quat_mul(quat_from_rotmat(R), scene.quats.double())
-    rest = scene.sh_rest
-    if rest.shape[1]:
-        rest = rest.double().clone()
-        for band, D in enumerate(_sh_rotation(scene.sh_degree, R), start=1):
-            sl = slice(band * band - 1, (band + 1) ** 2 - 1)
-            rest[:, sl] = torch.einsum("ij,njc->nic", D, rest[:, sl])
-    return replace(scene, means=means.to(dt), quats=quats.to(dt), log_scales=scene.log_scales + math.log(scale),
-                   sh_rest=rest.to(dt))
 
 
 @dataclass(frozen=True)

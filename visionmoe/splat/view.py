@@ -191,7 +191,7 @@ def serve(pgms: bytes | str | os.PathLike, *, port: int = 0, web_root: Path = WE
 
 
 def as_format4(data: bytes) -> bytes:
-    """A .pgms the browser decoder reads: 4.x as it is; 3.x recoded stream by stream with the 4.0
+    """A .pgms the browser decoder reads: 4.x and 5.x as they are; 3.x recoded stream by stream with the 4.0
     coders (the same symbols; only the prototype rows decode by 4.0's exact rule, a float32 ulp or
     so apart); 1.x-2.x (other level semantics) raise :class:`ViewerError`."""
     from . import bitstream as bs

@@ -1,4 +1,4 @@
-// Decoder of .pgms (PGMS) bitstreams, format 4.x, in plain JavaScript (ES module).
+// Decoder of .pgms (PGMS) bitstreams, formats 4.x and 5.x, in plain JavaScript (ES module).
 //
 // The normative description is docs/FORMAT.md; the Python reference decoder is
 // visionmoe/splat (decompress). Every level decodes to exactly the float32 values of the
@@ -16,7 +16,7 @@ import { FormatError, ransDecode, MAX_ALPHABET } from "./rans.js";
 export { FormatError };
 
 export const MAGIC = [0x89, 0x50, 0x47, 0x4d, 0x53, 0x0d, 0x0a, 0x1a];
-export const READABLE_MAJORS = [4];
+export const READABLE_MAJORS = [4, 5];
 const GLOBAL_LEVEL = 255;
 const MAX_NODES = 2 ** 28;
 const MAX_SYMBOLS = 2 ** 30;
@@ -213,7 +213,7 @@ export function readPreamble(bytes) {
   const major = bytes[8] | (bytes[9] << 8);
   const minor = bytes[10] | (bytes[11] << 8);
   if (!READABLE_MAJORS.includes(major)) {
-    throw new FormatError(`.pgms format version ${major}.${minor} is not supported by this decoder (reads 4.x); re-encode with visionmoe >= format 4`);
+    throw new FormatError(`.pgms format version ${major}.${minor} is not supported by this decoder (reads 4.x and 5.x); re-encode with visionmoe >= format 4`);
   }
   return { major, minor };
 }
@@ -308,6 +308,88 @@ function rotmatToQuat(m, out, o) {
   else q = [m10 - m01, m02 + m20, m12 + m21, 1 - m00 - m11 + m22];
   unit(q[0], q[1], q[2], q[3], out, o);
   if (out[o] < 0) for (let k = 0; k < 4; k++) out[o + k] = -out[o + k];
+}
+
+/**
+ * Section XFRM (format 5): the coded scene's way back to the scene's frame, validated as the
+ * Python decoder does: 9 float64 (quaternion w x y z, translation, scale, log(scale)), then per
+ * SH band l = 1..shDegree a float32 [2l+1, 2l+1] matrix (row-major).
+ */
+export function readTransform(payload, shDegree) {
+  let need = 72;
+  for (let l = 1; l <= shDegree; l++) need += 4 * (2 * l + 1) ** 2;
+  if (payload.length !== need) throw new FormatError(`XFRM: section has ${payload.length} bytes, expected ${need} for SH degree ${shDegree}`);
+  const dv = new DataView(payload.buffer, payload.byteOffset, payload.byteLength);
+  const v = Array.from({ length: 9 }, (_, i) => dv.getFloat64(8 * i, true));
+  if (!v.every(Number.isFinite)) throw new FormatError("XFRM: non-finite transform");
+  const [w, x, y, z, tx, ty, tz, scale, logScale] = v;
+  const norm = Math.sqrt(w * w + x * x + y * y + z * z);
+  if (Math.abs(norm - 1) > 1e-9) throw new FormatError(`XFRM: rotation quaternion of norm ${norm}, expected 1`);
+  if (!(scale >= 1e-30 && scale <= 1e30) || Math.max(Math.abs(tx), Math.abs(ty), Math.abs(tz)) > 1e30) {
+    throw new FormatError(`XFRM: scale ${scale} or translation out of range`);
+  }
+  if (Math.abs(Math.log(scale) - logScale) > 1e-9 * Math.max(1, Math.abs(logScale))) {
+    throw new FormatError(`XFRM: log-scale ${logScale} is not the log of the scale ${scale}`);
+  }
+  const bands = [];
+  let pos = 72;
+  for (let l = 1; l <= shDegree; l++) {
+    const n = 2 * l + 1;
+    const D = new Float64Array(n * n);
+    for (let k = 0; k < n * n; k++, pos += 4) D[k] = dv.getFloat32(pos, true);
+    for (let i = 0; i < n; i++) {
+      for (let j = 0; j < n; j++) {
+        let dot = 0;
+        for (let k = 0; k < n; k++) dot += D[i * n + k] * D[j * n + k];
+        if (!Number.isFinite(dot) || Math.abs(dot - (i === j ? 1 : 0)) > 1e-5) throw new FormatError(`XFRM: SH band ${l} matrix is not a rotation`);
+      }
+    }
+    bands.push(D);
+  }
+  const R = new Float64Array(9);
+  rotmat(w, x, y, z, R);
+  return { quat: [w, x, y, z], R, t: [tx, ty, tz], scale, logScale, bands };
+}
+
+/**
+ * Map a decoded scene (in place) from the file's coded frame to the scene's: the same float64
+ * operations in the same order as the Python decoder (similarity.apply_file_transform_), one
+ * float32 rounding per value, so both give the same bits.
+ */
+function applyTransform(s, xf) {
+  const { R, t, scale, bands } = xf;
+  const [w, x, y, z] = xf.quat;
+  const ls = f32(xf.logScale);
+  const K = (s.shDegree + 1) ** 2 - 1;
+  const acc = new Float64Array(7);
+  for (let i = 0; i < s.count; i++) {
+    const m0 = s.means[3 * i], m1 = s.means[3 * i + 1], m2 = s.means[3 * i + 2];
+    for (let a = 0; a < 3; a++) {
+      s.means[3 * i + a] = scale * (R[3 * a] * m0 + R[3 * a + 1] * m1 + R[3 * a + 2] * m2) + t[a];
+      if (!Number.isFinite(s.means[3 * i + a])) throw new FormatError("corrupt .pgms: positions are not finite in the scene's frame (XFRM)");
+    }
+    const bw = s.quats[4 * i], bx = s.quats[4 * i + 1], by = s.quats[4 * i + 2], bz = s.quats[4 * i + 3];
+    s.quats[4 * i] = w * bw - x * bx - y * by - z * bz;
+    s.quats[4 * i + 1] = w * bx + x * bw + y * bz - z * by;
+    s.quats[4 * i + 2] = w * by - x * bz + y * bw + z * bx;
+    s.quats[4 * i + 3] = w * bz + x * by - y * bx + z * bw;
+    for (let a = 0; a < 3; a++) {
+      s.logScales[3 * i + a] = s.logScales[3 * i + a] + ls;
+      if (!Number.isFinite(s.logScales[3 * i + a])) throw new FormatError("corrupt .pgms: scales are not finite in the scene's frame (XFRM)");
+    }
+    for (let l = 1; l <= bands.length; l++) {
+      const D = bands[l - 1], n = 2 * l + 1, lo = l * l - 1;
+      for (let c = 0; c < 3; c++) {
+        const at = (k) => s.shRest[(i * K + lo + k) * 3 + c];
+        for (let r = 0; r < n; r++) {
+          let v = D[r * n] * at(0);
+          for (let k = 1; k < n; k++) v = v + D[r * n + k] * at(k);
+          acc[r] = v;
+        }
+        for (let r = 0; r < n; r++) s.shRest[(i * K + lo + r) * 3 + c] = acc[r];
+      }
+    }
+  }
 }
 
 /**
@@ -451,10 +533,10 @@ export class PgmsStream {
       this.header = parseHeader(sec.payload, this.fileSize ?? MAX_NODES);
       return null;
     }
-    const order = ["CBSR", "CBSH", "SHQP", "PALT"];
-    if (order.includes(tag)) {
+    const order = ["XFRM", "CBSR", "CBSH", "SHQP", "PALT"];
+    if (order.includes(tag) && (tag !== "XFRM" || this.version.major >= 5)) {
       if (this.levels.length || this.books[tag] || Object.keys(this.books).some((t) => order.indexOf(t) > order.indexOf(tag))) {
-        throw new FormatError(`corrupt .pgms: codebook section ${tag} out of order`);
+        throw new FormatError(`corrupt .pgms: global section ${tag} out of order`);
       }
       this.books[tag] = sec.payload.slice();
       return null;
@@ -494,6 +576,7 @@ export class PgmsStream {
       r.done();
     }
     this.pal = this.books.PALT ? readPalettes(this.books.PALT) : null;
+    this.xfrm = this.books.XFRM ? readTransform(this.books.XFRM, h.shDegree) : null;
     this.shq = null;
     if (this.books.SHQP) {
       const p = this.books.SHQP;
@@ -730,6 +813,7 @@ export class PgmsStream {
         o++;
       }
     }
+    if (this.xfrm) applyTransform(s, this.xfrm); // the file codes the scene in its canonical frame
     return s;
   }
 }

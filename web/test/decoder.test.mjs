@@ -63,9 +63,10 @@ test("every level of every fixture decodes to the Python decoder's float32 value
 test("the fixtures cover every optional section and a one-level file", () => {
   if (process.env.PGMS_FIXTURES) return; // a custom set (e.g. the shared scenes) covers what it covers
   const tags = new Set(manifest.files.flatMap((f) => f.sections));
-  for (const t of ["CBSH", "SHQP", "PALT"]) assert.ok(tags.has(t), `no fixture has a ${t} section`);
+  for (const t of ["CBSH", "SHQP", "PALT", "XFRM"]) assert.ok(tags.has(t), `no fixture has a ${t} section`);
+  assert.ok(manifest.files.some((f) => !f.sections.includes("XFRM")), "no fixture is coded in its own frame");
   assert.ok(manifest.files.some((f) => f.levels === 1));
-  assert.ok(manifest.files.every((f) => f.version[0] === 4), "fixtures must be format 4");
+  assert.ok(manifest.files.every((f) => f.version[0] === 5), "fixtures must be format 5");
 });
 
 test("a prefix that ends with a level's section decodes that level, one byte less does not", () => {

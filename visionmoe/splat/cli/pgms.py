@@ -107,6 +107,9 @@ def _add_target(p) -> None:
     p.add_argument("--up", type=_up, default="-y",
                    help="the scene's up direction for the orbit views: +x,-x,+y,-y,+z,-z or x,y,z (default -y, "
                         "the INRIA/COLMAP convention; +z for z-up captures)")
+    p.add_argument("--frame", choices=("scene", "world"), default="scene",
+                   help="axes of the views' azimuth and the grouping grid: the scene's own, so a turned or "
+                        "rescaled copy encodes alike (default), or the world's (the former encoder)")
     p.add_argument("--device", default=None,
                    help="device for the encoder's renders (cpu, cuda, cuda:N; default: cuda if present; "
                         "cpu gives bit-exact bytes)")
@@ -133,7 +136,7 @@ def _compress(args, scene, cameras=None):
     return compress(
         scene, ratio=args.ratio, size=args.size, psnr=args.psnr, cameras=cameras, device=args.device,
         num_views=args.views, view_size=args.view_size, coverage_views=args.coverage_views, up=args.up,
-        preset=args.preset, progress=not args.quiet,
+        frame=args.frame, preset=args.preset, progress=not args.quiet,
         refine_steps=args.refine_steps, prune_search=args.prune_search,
     )
 
@@ -278,9 +281,9 @@ def cmd_eval(args) -> int:
         eval_cams = heldout_cameras(scene, num_views=args.eval_views, size=args.eval_size, up=args.up)
         where = f"{len(eval_cams)} held-out views"
     enc_cams = encoder_cameras(scene, train, num_views=args.views, view_size=args.view_size, up=args.up,
-                               coverage_views=args.coverage_views)
+                               coverage_views=args.coverage_views, frame=args.frame)
     orbit = len(encoder_cameras(scene, train, num_views=args.views, view_size=args.view_size, up=args.up,
-                                coverage_views=0))  # "seen" views come from these
+                                coverage_views=0, frame=args.frame))  # "seen" views come from these
     encode_s = None
     if args.compressed:
         cp = Path(args.compressed)

@@ -10,6 +10,9 @@ import torch
 from ..allocator import make_preset
 
 
+FRAMES = ("scene", "world")  # compress(frame=): code in the scene's canonical frame, or as given
+
+
 @dataclass
 class EncodeOptions:
     """See :func:`visionmoe.splat.codec.compress` for each field. ``ratio`` defaults to 20 when
@@ -25,6 +28,7 @@ class EncodeOptions:
     view_size: int = 256
     coverage_views: int = 16
     up: object = "-y"
+    frame: str = "scene"
     preset: tuple[int, int] | None = None
     refine_steps: int | None = None
     prune_threshold: float = 1 / 255
@@ -54,6 +58,8 @@ class EncodeOptions:
             raise ValueError(f"coverage_views must be an int >= 0, got {self.coverage_views!r}")
         if self.refine_steps is not None and not (isinstance(self.refine_steps, int) and self.refine_steps >= 0):
             raise ValueError(f"refine_steps must be None (auto) or an int >= 0, got {self.refine_steps!r}")
+        if self.frame not in FRAMES:
+            raise ValueError(f"frame must be one of {FRAMES}, got {self.frame!r}")
         from ..cameras import CameraError, up_vector
         from ..render import resolve_device
 

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from ..allocator import APPEARANCE_LADDER, GEOMETRY_LADDER, plan_cut
-from ..decode import TRUSTED, decompress
+from ..decode import decode_coded
 from ..pyramid import Pyramid, drop_leaves
 from ..quantize import ShGrid
 from .cut import Encoding, tune_cut
@@ -130,11 +130,12 @@ class _Attempts:
         if pin is not None and pin in self.estimates:
             enc, sub = encode_pinned_variant(tree, self.seeds, pin, torch.isin(tree.pyramid.leaf_order, idx),
                                              job.target, job.seed)
-            return Variant(job.error(decompress(enc.data, max_memory=TRUSTED)), enc, Tree(tree.kept.subset(idx), tree.weights[idx], sub,
+            return Variant(job.error(decode_coded(enc.data)), enc, Tree(tree.kept.subset(idx), tree.weights[idx], sub,
                                                                        tree.meta))
-        new = build_tree(tree.kept.subset(idx), tree.weights[idx], job.sh_degree, job.n_in, job.ref_bytes)
+        new = build_tree(tree.kept.subset(idx), tree.weights[idx], job.sh_degree, job.n_in, job.ref_bytes,
+                         tree.meta.transform)
         enc = job.allocate(new, pin, self.start)
-        return Variant(job.error(decompress(enc.data, max_memory=TRUSTED)), enc, new)
+        return Variant(job.error(decode_coded(enc.data)), enc, new)
 
 
 def search_pruning(base: Variant, seeds: PinnedSeeds | None, job: PruneJob, prog) -> Variant:
@@ -165,7 +166,7 @@ def search_pruning(base: Variant, seeds: PinnedSeeds | None, job: PruneJob, prog
                                      and v[1] in attempt.estimates))
     pool = ThreadPoolExecutor(max_workers=2) if len(independent) > 1 else None
     try:
-        base = Variant(job.error(decompress(base.encoding.data, max_memory=TRUSTED)), base.encoding, base.tree)
+        base = Variant(job.error(decode_coded(base.encoding.data)), base.encoding, base.tree)
         logger.debug("prune search: cut of %d primitives over %d leaves, %d bytes, verify MSE %.3g",
                      sum(base.encoding.terminal), n, base.encoding.nbytes, base.error)
         if keeps_all and base.error < 10 ** (-_PRUNE_KEEP_ALL_BELOW_DB / 10):

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..decode import TRUSTED, decompress
+from ..decode import decode_coded
 from .cut import Encoding
 
 logger = logging.getLogger("visionmoe.splat.encoder.psnr")
@@ -35,7 +35,7 @@ def search_psnr(scene, target_psnr: float, cameras, device, ref_bytes: int, enco
         mid = (lo + hi) / 2
         target = int(math.exp(mid))
         enc = encode_at(target)
-        dec = decompress(enc.data, max_memory=TRUSTED)
+        dec = decode_coded(enc.data)
         with torch.no_grad():
             got = float(psnr_fn(render(dec.to(device), cameras).colors.cpu(), ref))
         prog("psnr search", it + 1, 7)

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from .. import _frames
-from ..decode import TRUSTED, decompress
+from ..decode import decode_coded
 from ..io import GaussianScene
 from ..pyramid import Pyramid
 from ..quantize import quantize_level
@@ -107,7 +107,7 @@ def refine_checked(tree: Tree, base: Encoding, job: RefineJob, refs: References,
 
     def error(blob):
         with torch.no_grad():
-            return float((render(decompress(blob, max_memory=TRUSTED).to(job.device), views).colors - ref).pow(2).mean())
+            return float((render(decode_coded(blob).to(job.device), views).colors - ref).pow(2).mean())
 
     before = error(base.data)
     if job.skip_above_db is not None and before < 10 ** (-job.skip_above_db / 10):

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from ..allocator import APPEARANCE_LADDER, GEOMETRY_LADDER, make_preset, plan_cut
-from ..decode import TRUSTED, decompress
+from ..decode import decode_coded
 from .cut import CutTuner, Encoding
 from .quantized import CodebookCache, Rung, TreeMemo, estimate_rung, quantize_tree, sample_nodes
 from .stages import Progress, StageTimes
@@ -259,7 +259,7 @@ class _Verifier:
                     k, size, probe_data = tuner.probe(k, self.scale)
             size = tuner.full_size(k) if k in tuner.full else self.scale * size
         with self.times.step("verify"):
-            err = self.check.error(decompress(probe_data, max_memory=TRUSTED))
+            err = self.check.error(decode_coded(probe_data))
         logger.debug("verify preset %s: ~%d bytes, render MSE %.3g", pi, size, err)
         return k, size, err
 
@@ -279,7 +279,7 @@ class _Verifier:
             # 7.5% short rendered 13x closer than every rung in the window)
             with self.times.step("encode"):
                 k, size = tuner.finish(k)
-            err = self.check.error(decompress(tuner.full[k].data, max_memory=TRUSTED))
+            err = self.check.error(decode_coded(tuner.full[k].data))
             if k >= tuner.kmax:  # it holds every leaf after all
                 self.short.every_leaf.add(pi)
             miss = self.miss(pi, size)

@@ -24,6 +24,7 @@ class SceneMeta:
     source_gaussians: int  # Gaussians of the input scene
     reference_bytes: int  # native-degree float32 .ply size of the input
     palettes: Palettes | None  # value tables of the fine tier (the rungs use a subset)
+    transform: bs.FileTransform | None = None  # the coded (canonical) frame -> the scene's
 
     def quantizer(self, preset) -> Quantizer:
         return Quantizer(preset.pos_rel, preset.dc_step, preset.ls_step, self.min_step, preset.op_bits, preset.rot_bits)
@@ -31,7 +32,7 @@ class SceneMeta:
     def file_meta(self, quant: Quantizer, palettes: Palettes | None) -> bs.FileMeta:
         return bs.FileMeta(sh_degree=self.sh_degree, origin=self.origin, quant=quant,
                            source_gaussians=self.source_gaussians, reference_bytes=self.reference_bytes,
-                           palettes=palettes)
+                           palettes=palettes, transform=self.transform)
 
 
 @dataclass
@@ -44,13 +45,16 @@ class Tree:
     meta: SceneMeta
 
 
-def build_tree(kept: GaussianScene, w: torch.Tensor, sh_degree: int, n_in: int, ref_bytes: int) -> Tree:
-    """The pyramid over the kept Gaussians and the encoder's scene-level metadata."""
+def build_tree(kept: GaussianScene, w: torch.Tensor, sh_degree: int, n_in: int, ref_bytes: int,
+               transform: bs.FileTransform | None = None) -> Tree:
+    """The pyramid over the kept Gaussians and the encoder's scene-level metadata (``transform``:
+    the way from the coded frame back to the scene's, written to the file)."""
     pyr = build_pyramid(kept, w)
     lo, hi = kept.means.min(0).values, kept.means.max(0).values
     extent = float((hi - lo).max().clamp_min(1e-6))
     leaves = pyr.levels[-1]
     parent_dc = pyr.levels[-2].sh_dc[pyr.parent[-1]].numpy() if pyr.num_levels > 1 else None
     meta = SceneMeta(origin=((lo + hi) / 2).double().numpy(), min_step=extent * 2.0**-20, sh_degree=sh_degree,
-                     source_gaussians=n_in, reference_bytes=ref_bytes, palettes=detect_palettes(leaves, parent_dc))
+                     source_gaussians=n_in, reference_bytes=ref_bytes, palettes=detect_palettes(leaves, parent_dc),
+                     transform=transform)
     return Tree(kept, w, pyr, meta)
