@@ -108,6 +108,7 @@ def test_info(asset_20x):
     assert meta["bytes"] == asset_20x.nbytes and meta["sh_degree"] == 3
     assert meta["source_gaussians"] == 4721
     assert [s["tag"] for s in meta["sections"]][:3] == ["HEAD", "XFRM", "CBSR"]
+    assert abs(sum(q * q for q in meta["frame"]["quat"]) - 1) < 1e-9 and meta["frame"]["scale"] > 0
     assert meta["sections"][-1]["tag"] == "END0"
 
 

@@ -376,6 +376,8 @@ def info(path_or_bytes) -> dict:
     major, minor = bs.read_preamble(data)
     sections = [(s.tag, s.level, len(s.payload)) for s in bs.iter_sections(data)]
     header = bs.parse_header(next(s for s in bs.iter_sections(data)).payload, len(data))
+    xfrm = next((s.payload for s in bs.iter_sections(data) if s.tag == "XFRM"), None)
+    back = None if xfrm is None else bs.FileTransform.unpack(xfrm, header.sh_degree)
     return {
         "bytes": len(data), "version": f"{major}.{minor}", "levels": header.num_levels,
         "sh_degree": header.sh_degree, "nodes": header.total_nodes, "source_gaussians": header.source_gaussians,
@@ -384,5 +386,8 @@ def info(path_or_bytes) -> dict:
         "shape_codebook": header.shape_codebook_size, "sh_codebook": header.sh_codebook_size,
         "sh_codebook_degree": header.sh_codebook_degree,
         "quantizer": vars(header.quant),
+        # the coded frame -> the scene's (None: coded as given)
+        "frame": None if back is None else {"quat": list(back.quat), "translation": list(back.translation),
+                                            "scale": back.scale},
         "sections": [{"tag": t, "level": (None if lv == bs.GLOBAL_LEVEL else lv), "bytes": b} for t, lv, b in sections],
     }

@@ -361,6 +361,10 @@ def cmd_info(args) -> int:
         q = meta["quantizer"]
         print(f"  quantiser: pos_rel {q['pos_rel']:.3g}, dc_step {q['dc_step']:.3g}, ls_step {q['ls_step']:.3g}, "
               f"opacity {q['op_bits']} bits, rotation {q['rot_bits']} bits")
+        fr = meta["frame"]
+        print("  frame: as given" if fr is None else
+              f"  frame: canonical, mapped back by scale {fr['scale']:.6g}, rotation (wxyz) "
+              f"{', '.join(f'{v:.4f}' for v in fr['quat'])}, translation {', '.join(f'{v:.6g}' for v in fr['translation'])}")
         for s in meta["sections"]:
             where = "" if s["level"] is None else f" level {s['level']}"
             print(f"  section {s['tag']}{where}: {s['bytes']} bytes")
