@@ -140,10 +140,11 @@ def compress(
     the PSNR search), default ``num_views`` orbit views of ``view_size`` pixels at 20 degrees of
     elevation plus half as many at 45 and at 0 (``contribution.default_cameras``), orbiting
     ``up`` (a 3-vector or ``"+z"``-style axis; default ``-y``, the INRIA/COLMAP convention).
-    ``frame``: ``"scene"`` (default) takes the views' azimuth 0 and the pyramid's grouping grid
-    from the scene (its up and the principal axis across it), so a turned, moved or rescaled
-    scene (``up`` turned with it) is encoded alike; ``"world"`` takes them from the world axes
-    (the encoder before this option; docs/EVALUATION.md). With the default views,
+    ``frame``: ``"scene"`` (default) codes the scene in its canonical frame (centred, in units of
+    its size, ``up`` along +y, the principal axis across up along +x; ``similarity``) and
+    writes the way back to the file (section XFRM, format 5), so a turned, moved or rescaled
+    scene (``up`` turned with it) is coded alike; ``"world"`` codes it as given, without XFRM
+    (docs/EVALUATION.md). With the default views,
     ``coverage_views`` more views from every direction (alternately at the orbit distance and
     half of it; ``contribution.coverage_views``) add to the contributions, so that nothing a
     viewer sees from below, from a steep angle or from closer up is pruned; 0 turns them off.
