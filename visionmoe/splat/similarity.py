@@ -18,7 +18,8 @@ import torch
 
 from .io import GaussianScene
 
-__all__ = ["rotation_matrix", "quat_from_rotmat", "rotmat_from_quat", "transform_scene", "canonical_similarity"]
+__all__ = ["rotation_matrix", "quat_from_rotmat", "rotmat_from_quat", "transform_scene", "canonical_similarity",
+           "file_transform", "apply_file_transform_"]
 
 
 def rotation_matrix(axis, angle_deg: float) -> torch.Tensor:
