@@ -375,9 +375,10 @@ def info(path_or_bytes) -> dict:
     """Header fields and section sizes of a .pgms, without decoding the levels."""
     data = Path(path_or_bytes).read_bytes() if isinstance(path_or_bytes, (str, os.PathLike)) else bytes(path_or_bytes)
     major, minor = bs.read_preamble(data)
-    sections = [(s.tag, s.level, len(s.payload)) for s in bs.iter_sections(data)]
-    header = bs.parse_header(next(s for s in bs.iter_sections(data)).payload, len(data))
-    xfrm = next((s.payload for s in bs.iter_sections(data) if s.tag == "XFRM"), None)
+    secs = list(bs.iter_sections(data))
+    sections = [(s.tag, s.level, len(s.payload)) for s in secs]
+    header = bs.parse_header(secs[0].payload, len(data))
+    xfrm = next((s.payload for s in secs if s.tag == "XFRM"), None)
     back = None if xfrm is None else bs.FileTransform.unpack(xfrm, header.sh_degree)
     return {
         "bytes": len(data), "version": f"{major}.{minor}", "levels": header.num_levels,

@@ -106,11 +106,10 @@ def transform_scene(scene: GaussianScene, rotation=None, translation=None, scale
                    sh_rest=rest.to(dt))
 
 
-def rotmat_from_quat(q, normalize: bool = True) -> torch.Tensor:
-    """[3, 3] float64 rotation matrix of a (w, x, y, z) quaternion (normalised here unless
-    ``normalize=False``: the decoders take a file's unit quaternion as stored)."""
-    q = torch.as_tensor(q, dtype=torch.float64).reshape(4)
-    w, x, y, z = (q / q.norm() if normalize else q).tolist()
+def rotmat_from_quat(q) -> torch.Tensor:
+    """[3, 3] float64 rotation matrix of a unit (w, x, y, z) quaternion, taken as given (not
+    normalised again: the decoders rebuild a file's rotation from its stored quaternion)."""
+    w, x, y, z = torch.as_tensor(q, dtype=torch.float64).reshape(4).tolist()
     return torch.tensor([[1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
                          [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
                          [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)]], dtype=torch.float64)
@@ -137,7 +136,7 @@ def apply_file_transform_(means, quats, log_scales, sh_rest, back, chunk: int = 
     import numpy as np
 
     w, x, y, z = back.quat
-    R = rotmat_from_quat(back.quat, normalize=False).numpy()
+    R = rotmat_from_quat(back.quat).numpy()
     tx, ty, tz = back.translation
     s = back.scale
     ls = np.float32(back.log_scale)
@@ -175,7 +174,7 @@ def file_transform(rotation, translation, scale: float, sh_degree: int):
     from .bitstream import FileTransform
 
     q = quat_from_rotmat(rotation)
-    R = rotmat_from_quat(q, normalize=False)  # the rotation every decoder rebuilds from the stored quaternion
+    R = rotmat_from_quat(q)  # the rotation every decoder rebuilds from the stored quaternion
     bands = tuple(D.numpy().astype(np.float32) for D in _sh_rotation(sh_degree, R)) if sh_degree else ()
     return FileTransform(tuple(q.tolist()), tuple(torch.as_tensor(translation, dtype=torch.float64).tolist()),
                          float(scale), math.log(scale), bands)
