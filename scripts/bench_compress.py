@@ -18,6 +18,7 @@ accuracy (bytes / target) and the encode time per stage.
 
     python scripts/bench_compress.py --scenes-dir ../shared/scenes --out out/bench   # 16 held-out views, 512 px
     python scripts/bench_compress.py --targets 20 --invariance 6 --no-peers           # + invariance spread
+    python scripts/bench_compress.py --targets 20 --at-peer-size                      # + PGMS at each peer's size
     python scripts/bench_compress.py --views 8 --size 384 --no-peers                  # quicker
     python scripts/bench_compress.py --scenes path/to/a.ply --targets 10,20,50 --no-peers
     python scripts/bench_compress.py --plot-table README.md --out docs/bench_compress_rd.png
@@ -55,6 +56,9 @@ from visionmoe.splat.evaluation import (  # noqa: E402
 from visionmoe.splat.io import read_ply  # noqa: E402
 from visionmoe.splat.metrics import psnr, ssim  # noqa: E402
 from visionmoe.splat.render import render  # noqa: E402
+
+
+PEERS = ("SPZ", "compressed.ply", "SOG", "SOG (SH0)")
 
 
 def stage_breakdown(timings: dict) -> str:
@@ -150,6 +154,9 @@ def main() -> int:
     ap.add_argument("--frame", choices=("scene", "world"), default="scene",
                     help="PGMS's frame (compress(frame=)): the scene's own axes (default) or the world's")
     ap.add_argument("--no-peers", action="store_true")
+    ap.add_argument("--at-peer-size", action="store_true",
+                    help="also compress PGMS at each peer's file size (compress(size=peer bytes)) and tabulate "
+                         "PGMS against the peer at the peer's size")
     ap.add_argument("--no-install", action="store_true", help="do not npm-install the peers' tool")
     ap.add_argument("--plot-table", help="only redraw the plot from this markdown file's table rows (to --out if it names a .png, "
                          "else OUT/rd.png)")
@@ -251,7 +258,18 @@ def main() -> int:
                                "splat-transform 3.x")
                     except RuntimeError as exc:
                         print(f"  {method}: skipped ({exc})")
-    (out / "results.json").write_text(json.dumps({"rows": rows, "invariance": invariance}, indent=1))
+            for peer in [r for r in rows if r["scene"] == name and r["method"] in PEERS] if args.at_peer_size else []:
+                t = time.perf_counter()
+                res = compress(scene, size=peer["bytes"], frame=args.frame)
+                enc = time.perf_counter() - t
+                t = time.perf_counter()
+                dec = decompress(res.data)
+                record(f"PGMS at {peer['method']} size", res.nbytes, enc, time.perf_counter() - t, dec,
+                       f"preset {res.preset_index[0]},{res.preset_index[1]}", target_bytes=res.target_bytes,
+                       target_met=res.target_met, stage_s={k: round(v, 2) for k, v in res.timings.items()},
+                       peer=peer["method"], peer_bytes=peer["bytes"], peer_psnr=peer["psnr"])
+        # written after every scene, so that a long run cut short keeps what it measured
+        (out / "results.json").write_text(json.dumps({"rows": rows, "invariance": invariance}, indent=1))
     table = []
     for source, title in (("float", "Float-trained scenes"), ("lossy", "Scenes decoded from lossy formats")):
         part = [r for r in rows if r["source"] == source]
@@ -262,9 +280,22 @@ def main() -> int:
                   "| scene | method | bytes | ratio | PSNR held-out (dB) | SSIM held-out | PSNR seen (dB) | encode (s) "
                   "| decode (s) |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
         for r in part:
+            if "peer" in r:
+                continue
             table.append(f"| {r['scene']} | {r['method']} | {r['bytes']:,} | {r['ratio']:.1f}x | {r['psnr']:.2f} | "
                          f"{r['ssim']:.4f} | {r['psnr_seen']:.2f} | {r['encode_s']:.1f} | {r['decode_s']:.2f} |")
         table.append("")
+    at_peer = [r for r in rows if "peer" in r]
+    if at_peer:
+        table += [f"PGMS at each peer's own size (compress(size=peer bytes)), {args.views} held-out views at {args.size} px", "",
+                  "| scene | source | peer | peer bytes | peer PSNR (dB) | PGMS bytes (of the peer's) | PGMS PSNR (dB) "
+                  "| PGMS - peer (dB) |", "|---|---|---|---:|---:|---:|---:|---:|"]
+        for r in at_peer:
+            table.append(f"| {r['scene']} | {r['source']} | {r['peer']} | {r['peer_bytes']:,} | {r['peer_psnr']:.2f} | "
+                         f"{r['bytes']:,} ({r['bytes'] / r['peer_bytes']:.1%}) | {r['psnr']:.2f} | "
+                         f"{r['psnr'] - r['peer_psnr']:+.2f} |")
+        ahead = sum(r["psnr"] >= r["peer_psnr"] for r in at_peer)
+        table += ["", f"PGMS at least as close to the original as the peer on {ahead} of {len(at_peer)} pairs.", ""]
     if invariance:
         table += [f"Invariance at {args.invariance_target:g}x: held-out PSNR and size over the scene and "
                   f"{args.invariance} transformed copies", "",
@@ -329,10 +360,11 @@ def plot(rows, path: Path, args) -> None:
     for ax, (key, where) in zip(axes[0], panels):
         for i, s in enumerate(scenes):
             c = colors[i % len(colors)]
-            pg = sorted((r for r in rows if r["scene"] == s and r["method"].startswith("PGMS")), key=lambda r: r["ratio"])
+            pg = sorted((r for r in rows if r["scene"] == s and r["method"].startswith("PGMS") and "peer" not in r),
+                        key=lambda r: r["ratio"])
             ax.plot([r["ratio"] for r in pg], [r[key] for r in pg], "-o", color=c, label=f"{s} PGMS")
             for r in rows:
-                if r["scene"] == s and not r["method"].startswith("PGMS"):
+                if r["scene"] == s and r["method"] in PEERS:
                     ax.scatter(r["ratio"], r[key], marker=markers.get(r["method"], "x"), color=c, edgecolor="k", zorder=3)
         ax.set_xscale("log")
         ax.xaxis.set_major_locator(FixedLocator([4, 5, 6, 8, 10, 15, 20, 30, 50]))
