@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-__all__ = ["Preset", "GEOMETRY_LADDER", "APPEARANCE_LADDER", "make_preset", "CutPlan", "plan_cut", "symbol_bits"]
+__all__ = ["Preset", "GEOMETRY_LADDER", "CLIMB_START_GEOMETRY", "APPEARANCE_LADDER", "make_preset", "CutPlan", "plan_cut", "symbol_bits"]
 
 
 @dataclass(frozen=True)
@@ -70,8 +70,16 @@ GEOMETRY_LADDER: tuple[tuple, ...] = (
     (0.06, 1 / 96, 0.05, 8, 8, 4096),
     (0.045, 1 / 128, 0.04, 8, 9, 8192),
     (0.035, 1 / 192, 0.03, 9, 9, 8192),
+    (0.026, 1 / 320, 0.021, 10, 10, 8192),
     (0.02, 1 / 512, 0.015, 10, 11, 8192),
+    (0.012, 1 / 1024, 0.008, 11, 12, 8192),
 )
+# The top rungs are where every leaf fits (about 5x and below on small scenes): there a rung
+# that cannot fill the budget keeps every leaf, and one that can must merge, so the gap between
+# two of them is the rate the encoder cannot spend. The rungs between the former 12 and 13 and
+# past it are the neighbours' geometric means (and one step on past the top), not fitted.
+# The hill climb starts at this rung whatever the ladder's length.
+CLIMB_START_GEOMETRY = 7
 # Appearance: (fraction of fine primitives keeping view-dependent SH, SH degree, codebook size
 # [, per-primitive step]). The last rungs code each primitive's SH on a uniform grid (no
 # codebook): near-lossless appearance when the budget allows.

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from ..allocator import APPEARANCE_LADDER, GEOMETRY_LADDER, make_preset, plan_cut
+from ..allocator import APPEARANCE_LADDER, CLIMB_START_GEOMETRY, GEOMETRY_LADDER, make_preset, plan_cut
 from ..decode import decode_coded
 from .cut import CutTuner, Encoding
 from .quantized import CodebookCache, Rung, TreeMemo, estimate_rung, quantize_tree, sample_nodes
@@ -107,9 +107,10 @@ class RungSearch:
         return self.cache[pi].key
 
     def climb(self, start: tuple | None) -> tuple:
-        """Coordinate-wise hill climbing from the middle of both ladders (RD is unimodal in
-        practice) or from a known good pair (a pruned variant of an allocated scene)."""
-        best = tuple(start) if start is not None else (len(GEOMETRY_LADDER) // 2, self.n_app // 2)
+        """Coordinate-wise hill climbing from geometry rung ``CLIMB_START_GEOMETRY`` and the middle
+        of the appearance ladder (RD is unimodal in practice) or from a known good pair (a
+        pruned variant of an allocated scene)."""
+        best = tuple(start) if start is not None else (CLIMB_START_GEOMETRY, self.n_app // 2)
         improved, tried_jumps = True, False
         rounds = len(GEOMETRY_LADDER) * self.n_app  # each round moves to a strictly better rung: a bound
         while improved and rounds > 0:
