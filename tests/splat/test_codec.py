@@ -636,8 +636,8 @@ def test_pinned_variant_symbols_are_the_base_trees(asset):
 
 def test_prune_search_threads_change_no_byte(asset, monkeypatch):
     """On the base's tree (scenes over 150k leaves; here forced) the pinned variants run on two
-    threads; a serial run writes the same bytes (on the asset at 6x the base keeps every leaf
-    and both finer rungs are tried)."""
+    threads; a serial run writes the same bytes (on the asset at 9x the base keeps every leaf
+    and its finer geometry and appearance neighbours are both tried, so the pool runs)."""
     from concurrent.futures import Future
 
     from visionmoe.splat.encoder import prune as prune_stage
@@ -660,12 +660,12 @@ def test_prune_search_threads_change_no_byte(asset, monkeypatch):
             pass
 
     scene, cams, contrib = asset
-    threaded = compress(scene, ratio=6, cameras=cams, contributions=contrib, refine_steps=0)
+    threaded = compress(scene, ratio=9, cameras=cams, contributions=contrib, refine_steps=0)
     monkeypatch.setattr(prune_stage, "ThreadPoolExecutor", Serial)
     monkeypatch.setattr(rungs_stage, "ThreadPoolExecutor", Serial)
-    serial = compress(scene, ratio=6, cameras=cams, contributions=contrib, refine_steps=0)
+    serial = compress(scene, ratio=9, cameras=cams, contributions=contrib, refine_steps=0)
     assert threaded.data == serial.data
-    assert len(pinned) >= 4 and threaded.pruned > 0  # both finer rungs, twice; a pruned variant won
+    assert len(set(pinned)) >= 2 and threaded.pruned > 0  # two pinned neighbours (the pool ran); a pruned variant won
 
 
 @pytest.mark.cuda
