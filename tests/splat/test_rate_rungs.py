@@ -15,6 +15,17 @@ from visionmoe.splat.io import read_ply
 TOP_G, TOP_A = len(GEOMETRY_LADDER) - 1, len(APPEARANCE_LADDER) - 1
 
 
+def test_geometry_ladder_is_monotone_and_dense():
+    """Every rung is finer than the one before it in every step, and no neighbour coarsens the
+    position step by more than 1.5x: where every leaf fits, the byte gap between two rungs is
+    rate the encoder cannot spend."""
+    for coarse, fine in zip(GEOMETRY_LADDER, GEOMETRY_LADDER[1:]):
+        pos_c, dc_c, ls_c, op_c, rot_c, _ = coarse
+        pos_f, dc_f, ls_f, op_f, rot_f, _ = fine
+        assert pos_f < pos_c and dc_f <= dc_c and ls_f < ls_c and op_f >= op_c and rot_f >= rot_c, (coarse, fine)
+        assert pos_c / pos_f <= 1.5 + 1e-9, (coarse, fine)
+
+
 def test_per_primitive_sh_rungs_exist():
     p = make_preset(TOP_G, TOP_A)
     assert p.sh_step > 0 and p.sh_degree == 3

@@ -67,17 +67,21 @@ GEOMETRY_LADDER: tuple[tuple, ...] = (
     (0.25, 1 / 32, 0.12, 6, 7, 2048),
     (0.18, 1 / 48, 0.08, 6, 7, 2048),
     (0.12, 1 / 64, 0.06, 7, 8, 4096),
+    (0.085, 1 / 80, 0.055, 7, 8, 4096),
     (0.06, 1 / 96, 0.05, 8, 8, 4096),
     (0.045, 1 / 128, 0.04, 8, 9, 8192),
     (0.035, 1 / 192, 0.03, 9, 9, 8192),
     (0.026, 1 / 320, 0.021, 10, 10, 8192),
     (0.02, 1 / 512, 0.015, 10, 11, 8192),
+    (0.0155, 1 / 724, 0.011, 10, 11, 8192),
     (0.012, 1 / 1024, 0.008, 11, 12, 8192),
 )
-# The top rungs are where every leaf fits (about 5x and below on small scenes): there a rung
-# that cannot fill the budget keeps every leaf, and one that can must merge, so the gap between
-# two of them is the rate the encoder cannot spend. The rungs between the former 12 and 13 and
-# past it are the neighbours' geometric means (and one step on past the top), not fitted.
+# The fine rungs are where every leaf fits (about 5x on real scenes, below on small ones):
+# there a rung that cannot fill the budget keeps every leaf and the next finer one must merge,
+# so the byte gap between two rungs is rate the encoder cannot spend (merged primitives render
+# far worse than coarser steps). Hence no step between neighbours coarsens the position step by
+# more than 1.5x: the rungs at 0.085, 0.026 and 0.0155 are their neighbours' geometric means
+# (bit depths in between), and 0.012 one step past the former top; none was fitted to a scene.
 # The hill climb starts at this rung whatever the ladder's length.
 CLIMB_START_GEOMETRY = 7
 # Appearance: (fraction of fine primitives keeping view-dependent SH, SH degree, codebook size
