@@ -12,7 +12,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ._common import EXIT_USAGE, CLIError, Terminated, add_common_options, apply_verbosity, install_signal_handlers
+from ._common import (
+    EXIT_USAGE, CLIError, Terminated, add_common_options, apply_verbosity, import_with_signals_held,
+    install_signal_handlers,
+)
 from .pgms import PGMS_SUBCOMMANDS
 from .render import add_render_parser
 from .view import add_view_parser
@@ -59,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)  # usage errors: argparse prints one line and exits 2
         command = f"visionmoe-splat {args.command}"
         apply_verbosity(args)
+        if args.command != "view":  # every other command loads the library (torch, numpy)
+            import_with_signals_held("numpy", "torch")
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print(f"{command}: interrupted", file=sys.stderr)

@@ -33,6 +33,22 @@ def install_signal_handlers() -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def import_with_signals_held(*modules: str) -> None:
+    """Import ``modules`` with SIGINT and SIGTERM held back until they are in. A Ctrl-C in the
+    middle of numpy's own import leaves it half-initialised and the next import of it recurses
+    (a RecursionError with a traceback, not a KeyboardInterrupt); held back, the signal arrives
+    once the import is done and ends the command as cleanly as anywhere else."""
+    import importlib
+
+    held = {signal.SIGINT, signal.SIGTERM}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        for name in modules:
+            importlib.import_module(name)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 def add_common_options(p: argparse.ArgumentParser) -> None:
     """-q/--quiet and -v/--verbose on a command (where it has not defined them itself)."""
     have = p._option_string_actions
