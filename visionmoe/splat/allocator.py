@@ -28,7 +28,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-__all__ = ["Preset", "GEOMETRY_LADDER", "CLIMB_START_GEOMETRY", "APPEARANCE_LADDER", "make_preset", "CutPlan", "plan_cut", "symbol_bits"]
+__all__ = ["Preset", "GEOMETRY_LADDER", "CLIMB_START_GEOMETRY", "APPEARANCE_LADDER", "make_preset", "CutPlan", "plan_cut",
+           "symbol_bits"]
 
 
 @dataclass(frozen=True)

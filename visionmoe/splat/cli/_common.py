@@ -40,6 +40,10 @@ def import_with_signals_held(*modules: str) -> None:
     once the import is done and ends the command as cleanly as anywhere else."""
     import importlib
 
+    if not hasattr(signal, "pthread_sigmask"):  # Windows: no signal masks, import as usual
+        for name in modules:
+            importlib.import_module(name)
+        return
     held = {signal.SIGINT, signal.SIGTERM}
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
     try:
