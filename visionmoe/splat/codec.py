@@ -378,8 +378,7 @@ def info(path_or_bytes) -> dict:
     secs = list(bs.iter_sections(data))
     sections = [(s.tag, s.level, len(s.payload)) for s in secs]
     header = bs.parse_header(secs[0].payload, len(data))
-    xfrm = next((s.payload for s in secs if s.tag == "XFRM"), None)
-    back = None if xfrm is None else bs.FileTransform.unpack(xfrm, header.sh_degree)
+    back = bs.read_transform(header, {s.tag: s.payload for s in secs if s.level == bs.GLOBAL_LEVEL})
     return {
         "bytes": len(data), "version": f"{major}.{minor}", "levels": header.num_levels,
         "sh_degree": header.sh_degree, "nodes": header.total_nodes, "source_gaussians": header.source_gaussians,
