@@ -7,7 +7,8 @@
 //   hud=0             hide the overlay (screenshots)
 //   maxsh=D           render SH bands up to degree D only
 //   width=W&height=H  fixed canvas size in CSS pixels (default: the window)
-// window.pgmsViewer reports progress to tests: {shown: [{level, bytes, count, ms}], done, error, ...}.
+// window.pgmsViewer reports progress to tests: {shown: [{level, bytes, count, ms, drawMs}], done, error, ...}
+// (drawMs: from adding a level's splats to the scene until they were sorted and drawn).
 
 import * as THREE from "three";
 import { OrbitControls } from "three/addons/controls/OrbitControls.js";
@@ -100,6 +101,26 @@ const nextFrames = (k) => new Promise((resolve) => {
   requestAnimationFrame(poll);
 });
 
+// Spark generates and depth-sorts splats asynchronously (a timer after the frame, then a worker
+// whose first start loads WebAssembly), so a fixed number of frames is not enough on a loaded
+// machine: wait until the splats of `next` are generated, sorted and displayed, then draw twice.
+const SORT_WAIT_MS = 20000;
+const settled = (next) => spark.current.numSplats === next.numSplats && spark.display === spark.current
+  && !spark.sorting && !spark.sortDirty && spark.activeSplats > 0;
+async function sortedAndDrawn(next) {
+  const start = performance.now();
+  await nextFrames(1);
+  while (!settled(next)) {
+    if (performance.now() - start > SORT_WAIT_MS) {
+      console.warn(`splats not sorted after ${SORT_WAIT_MS} ms; showing the level anyway`);
+      break;
+    }
+    await nextFrames(1);
+  }
+  await nextFrames(2);
+  return performance.now() - start;
+}
+
 let showing = Promise.resolve();
 function show(level, sc, bytes) {
   showing = showing.then(async () => {
@@ -121,8 +142,8 @@ function show(level, sc, bytes) {
       mesh.dispose();
     }
     mesh = next;
-    await nextFrames(3); // sorted and drawn
-    state.shown.push({ level, bytes, received: state.bytes, count: sc.count, ms: performance.now() - state.t0 });
+    const drawMs = await sortedAndDrawn(next);
+    state.shown.push({ level, bytes, received: state.bytes, count: sc.count, ms: performance.now() - state.t0, drawMs });
     updateHud();
   });
   return showing;
