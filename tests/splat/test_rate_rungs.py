@@ -96,3 +96,65 @@ def test_a_missed_target_says_why():
     # every node stays in level 0 and the finest level is empty: the decoder takes it
     assert res.coded_per_level[-1] == 0
     assert decompress(res.data).num_gaussians == res.primitives
+
+
+def test_fractional_geometry_rungs_lie_between_their_neighbours():
+    """A fractional rung g + t interpolates rungs g and g + 1 (steps geometrically, bit depths
+    rounded), finer as t grows; the ladder's own rungs are returned as they are."""
+    from visionmoe.splat.allocator import geometry_rung
+
+    for g in range(len(GEOMETRY_LADDER)):
+        assert geometry_rung(g) == GEOMETRY_LADDER[g] and make_preset(float(g), 0).pos_rel == GEOMETRY_LADDER[g][0]
+    for g in range(len(GEOMETRY_LADDER) - 1):
+        rows = [geometry_rung(g + t) for t in (0.0, 0.25, 0.5, 0.75, 1.0)]
+        for coarse, fine in zip(rows, rows[1:]):
+            assert all(f <= c for c, f in zip(coarse[:3], fine[:3])) and fine[0] < coarse[0], (g, coarse, fine)
+            assert all(f >= c for c, f in zip(coarse[3:5], fine[3:5])), (g, coarse, fine)
+    for bad in ((-0.5, 0), (TOP_G + 0.5, 0), (3, 0.5)):
+        with pytest.raises(ValueError, match="preset rungs"):
+            make_preset(*bad)
+
+
+def test_an_every_leaf_file_short_of_its_target_is_filled_between_rungs():
+    """Every leaf at rung g leaves the budget short and g + 1 does not fit: the file moves to a
+    fractional rung between them that keeps every leaf and fits the target on real bytes."""
+    from visionmoe.splat.contribution import prune
+    from visionmoe.splat.encoder.rungs import FILL_BELOW, RungSearch, _fill_between_rungs, allocate_and_encode
+    from visionmoe.splat.encoder.stages import Progress, StageTimes
+    from visionmoe.splat.encoder.tree import build_tree
+
+    scene = random_scene(3000, 0, seed=12)
+    kept, w = prune(scene, torch.rand(3000, generator=torch.Generator().manual_seed(0)) + 0.1, 0.0)
+    tree = build_tree(kept, w, 0, 3000, 10**6)
+    leaves = tree.pyramid.levels[-1].num_gaussians
+
+    def pinned(g, target):
+        return allocate_and_encode(tree, target, pin=(g, 0), seed=0, prog=Progress(False), times=StageTimes()).encoding
+
+    full13, full14 = pinned(13, 10**6), pinned(14, 10**6)
+    assert sum(full13.terminal) == sum(full14.terminal) == leaves
+    target = int(full13.nbytes + 0.8 * (full14.nbytes - full13.nbytes))
+    base = pinned(13, target)  # pinned: kept as it is, every leaf, short of the target
+    assert base.nbytes == full13.nbytes < FILL_BELOW * target
+    filled = _fill_between_rungs(RungSearch(tree, target, 0, Progress(False)), base)
+    g = filled.rung.index[0]
+    assert 13 < g < 14 and sum(filled.terminal) == leaves, filled.rung.index
+    assert full13.nbytes < filled.nbytes <= target and filled.nbytes >= 0.95 * target, (filled.nbytes, target)
+    assert decompress(filled.data).num_gaussians == leaves
+    # a budget that holds every leaf at rung 14 too: whole rungs first
+    above = _fill_between_rungs(RungSearch(tree, int(1.03 * full14.nbytes), 0, Progress(False)), base)
+    assert 14 <= above.rung.index[0] < 15 and sum(above.terminal) == leaves, above.rung.index
+
+
+def test_a_fractional_rung_codes_and_decodes():
+    """A file pinned between two rungs sits between their sizes and decodes."""
+    s = random_scene(600, 0, seed=12)
+    kw = dict(ratio=1.05, num_views=4, view_size=48, refine_steps=0, prune_search=0, frame="world")
+    sizes = [compress(s, preset=(g, 0), **kw) for g in (13, 13.5, 14)]
+    assert [r.primitives for r in sizes] == [600] * 3 and sizes[1].preset_index == (13.5, 0)
+    assert sizes[0].nbytes < sizes[1].nbytes < sizes[2].nbytes, [r.nbytes for r in sizes]
+    dec = decompress(sizes[1].data)
+    assert dec.num_gaussians == 600 and torch.isfinite(dec.means).all()
+    # closer to the original than rung 13, in position
+    err = [float((decompress(r.data).means.sort(0).values - s.means.sort(0).values).abs().mean()) for r in sizes]
+    assert err[2] < err[1] < err[0], err

@@ -23,13 +23,14 @@ tunes the cut size against real encoded bytes.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-__all__ = ["Preset", "GEOMETRY_LADDER", "CLIMB_START_GEOMETRY", "APPEARANCE_LADDER", "make_preset", "CutPlan", "plan_cut",
-           "symbol_bits"]
+__all__ = ["Preset", "GEOMETRY_LADDER", "CLIMB_START_GEOMETRY", "APPEARANCE_LADDER", "geometry_rung", "make_preset",
+           "CutPlan", "plan_cut", "symbol_bits"]
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ class Preset:
     sh_degree: int  # max SH degree of the appearance prototypes
     sh_codebook: int  # appearance codebook size cap
     shape_codebook: int  # scale-rotation codebook size cap (coarse tiers)
-    geometry: int = -1  # rung indices this preset was made from
+    geometry: float = -1  # rung indices this preset was made from (geometry may be fractional)
     appearance: int = -1
     sh_step: float = 0.0  # > 0: per-primitive SH quantised at this step instead of a codebook
 
@@ -106,12 +107,29 @@ APPEARANCE_LADDER: tuple[tuple, ...] = (
 )
 
 
-def make_preset(geometry: int, appearance: int) -> Preset:
-    if not (0 <= geometry < len(GEOMETRY_LADDER) and 0 <= appearance < len(APPEARANCE_LADDER)):
+# A fractional geometry rung g + t (0 < t < 1) lies between rungs g and g + 1: its steps are
+# their geometric interpolation, its bit depths and codebook cap round the linear one. Only the
+# finest rung that keeps every leaf is refined this way (encoder/rungs.py): there the byte gap
+# to the next rung, which would have to merge, is rate a file cannot otherwise spend.
+def geometry_rung(geometry: float) -> tuple:
+    """The geometry rung's parameters, for an integer or a fractional index."""
+    g = int(geometry)
+    t = float(geometry) - g
+    if t == 0:
+        return GEOMETRY_LADDER[g]
+    lo, hi = GEOMETRY_LADDER[g], GEOMETRY_LADDER[g + 1]
+    steps = tuple(a if a == b else float(a ** (1 - t) * b ** t) for a, b in zip(lo[:3], hi[:3]))
+    ints = tuple(int(math.floor(a + t * (b - a) + 0.5)) for a, b in zip(lo[3:], hi[3:]))
+    return steps + ints
+
+
+def make_preset(geometry: float, appearance: int) -> Preset:
+    if not (0 <= geometry <= len(GEOMETRY_LADDER) - 1 and 0 <= appearance < len(APPEARANCE_LADDER)
+            and appearance == int(appearance)):
         raise ValueError(f"preset rungs must be in [0, {len(GEOMETRY_LADDER) - 1}] x [0, {len(APPEARANCE_LADDER) - 1}], "
                          f"got ({geometry}, {appearance})")
-    pos_rel, dc_step, ls_step, op_bits, rot_bits, shape_cb = GEOMETRY_LADDER[geometry]
-    frac, deg, sh_cb, *step = APPEARANCE_LADDER[appearance]
+    pos_rel, dc_step, ls_step, op_bits, rot_bits, shape_cb = geometry_rung(geometry)
+    frac, deg, sh_cb, *step = APPEARANCE_LADDER[int(appearance)]
     return Preset(pos_rel, dc_step, ls_step, op_bits, rot_bits, frac, deg, sh_cb, shape_cb, geometry, appearance,
                   step[0] if step else 0.0)
 

@@ -51,7 +51,7 @@ class CompressResult:
     data: bytes
     reference_bytes: int  # native-degree float32 .ply size of the input
     target_bytes: int | None
-    preset_index: tuple[int, int]  # (geometry rung, appearance rung)
+    preset_index: tuple[float, int]  # (geometry rung, fractional where between two, appearance rung)
     preset: Preset
     primitives: int  # terminal primitives in the full decode
     primitives_per_level: list[int]
@@ -123,7 +123,7 @@ def compress(
     coverage_views: int = 16,
     up="-y",
     frame: str = "scene",
-    preset: tuple[int, int] | None = None,
+    preset: tuple[float, int] | None = None,
     refine_steps: int | None = None,
     prune_threshold: float = 1 / 255,
     verify_views: int = 4,
@@ -152,7 +152,8 @@ def compress(
     refinement); None picks CUDA when torch sees a GPU. The codec itself runs on the CPU. On
     CUDA the bytes are reproducible only to rounding (float atomics); the CPU is bit-exact.
     ``contributions`` [N] skips rendering (precomputed per-Gaussian image-space contribution).
-    ``preset`` pins the allocator's quality rungs ``(geometry, appearance)``. ``refine_steps``: Adam
+    ``preset`` pins the allocator's quality rungs ``(geometry, appearance)`` (geometry may be fractional,
+    between two ladder rungs: ``allocator.geometry_rung``). ``refine_steps``: Adam
     steps of the render-vs-original-render refinement of the chosen primitives, kept only if
     the re-encoded result renders closer to the original on the contribution views; None
     (default) runs 80 steps (rates decaying to 3%) for ratio/size targets on cuts of at
@@ -299,11 +300,12 @@ def _render_check(inp: _Inputs) -> rungs.RenderCheck | None:
 
 
 def _allocate(inp: _Inputs, tree: Tree, target: int, *, times: StageTimes | None = None, pin=None, start=None,
-              want_seeds: bool = False) -> rungs.Allocation:
+              want_seeds: bool = False, fill: bool = True) -> rungs.Allocation:
     """Rung search, cut tuning and the final encode of ``tree`` at ``target`` bytes."""
     return rungs.allocate_and_encode(tree, target, seed=inp.opts.seed, prog=inp.prog,
                                      times=inp.times if times is None else times, check=inp.check,
-                                     pin=inp.opts.preset if pin is None else pin, start=start, want_seeds=want_seeds)
+                                     pin=inp.opts.preset if pin is None else pin, start=start, want_seeds=want_seeds,
+                                     fill=fill)
 
 
 def _encode_at_target(inp: _Inputs, tree: Tree, target: int) -> tuple[Tree, Encoding]:
@@ -320,8 +322,11 @@ def _encode_at_target(inp: _Inputs, tree: Tree, target: int) -> tuple[Tree, Enco
         # judged on every contribution view (up to 16): 4 views missed the damage of pruning
         error = inp.refs.error_on(view_indices(len(inp.cameras), search_views(inp.scene.num_gaussians)))
         quiet = inp.times.disabled()
+        # a pruned variant short of the target is refilled with more of its Gaussians (prune.py),
+        # not moved to a finer fractional rung
         job = prune.PruneJob(target, inp.scene.sh_degree, inp.scene.num_gaussians, inp.ref_bytes,
-                             lambda sub, pin, start: _allocate(inp, sub, target, times=quiet, pin=pin, start=start).encoding,
+                             lambda sub, pin, start: _allocate(inp, sub, target, times=quiet, pin=pin, start=start,
+                                                               fill=False).encoding,
                              error, opts.prune_search, opts.seed)
         best = prune.search_pruning(prune.Variant(float("nan"), enc, tree), base.seeds, job, inp.prog)
     return best.tree, best.encoding

@@ -75,12 +75,13 @@ def _psnr(text: str) -> float:
     return value
 
 
-def _preset(text: str) -> tuple[int, int]:
+def _preset(text: str) -> tuple[float, int]:
     try:
-        g, a = (int(v) for v in text.split(","))
+        g_text, a_text = text.split(",")
+        g, a = float(g_text), int(a_text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected two rungs like 4,4 (geometry,appearance), got {text!r}") from None
-    return g, a
+        raise argparse.ArgumentTypeError(f"expected two rungs like 4,4 or 14.5,4 (geometry,appearance), got {text!r}") from None
+    return (int(g) if g == int(g) else g), a
 
 
 def _refine_steps(text: str) -> int | None:

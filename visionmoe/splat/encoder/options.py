@@ -29,7 +29,7 @@ class EncodeOptions:
     coverage_views: int = 16
     up: object = "-y"
     frame: str = "scene"
-    preset: tuple[int, int] | None = None
+    preset: tuple[float, int] | None = None
     refine_steps: int | None = None
     prune_threshold: float = 1 / 255
     verify_views: int = 4

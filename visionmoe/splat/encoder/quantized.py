@@ -34,7 +34,7 @@ class Rung:
     symbols: list[dict] = field(default_factory=list)  # per level: closed-loop symbols (quantize_tree)
 
     @property
-    def index(self) -> tuple[int, int]:
+    def index(self) -> tuple[float, int]:
         return self.preset.geometry, self.preset.appearance
 
 

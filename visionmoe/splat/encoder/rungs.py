@@ -27,6 +27,15 @@ logger = logging.getLogger("visionmoe.splat.encoder.rungs")
 # check costing a quantisation, an encode and 4 renders (3.4 s on playbot).
 _FINER_GEOMETRY_MAX_PROXY = 4.0
 KEEPS_ALL_SHARE = 0.9  # a cut with at least this share of the leaves as primitives "keeps every leaf"
+# A winner that keeps every leaf below FILL_BELOW of the target moves to finer geometry rungs
+# while every leaf still fits on real bytes, then toward the next rung by bisection, to 1/8 of a
+# rung (allocator.geometry_rung: fractional rungs). Next to it a ladder rung would have to merge,
+# and the byte gap between two rungs (9.6% between rungs 13 and 14 on a 20k-Gaussian float
+# scene) was rate the file could not spend, often below the 5% window. Real bytes, not the
+# proxy's estimates: the proxy put every leaf of that scene within 287 kB at rung 14, which
+# took 294 kB.
+FILL_BELOW = 0.97
+FILL_BISECTIONS = 3
 
 
 @dataclass(frozen=True)
@@ -121,7 +130,7 @@ class RungSearch:
                         nxt = list(best)
                         nxt[axis] += step
                         nxt = tuple(nxt)
-                        if not 0 <= nxt[axis] < size or self.evaluate(nxt) >= self.evaluate(best):
+                        if not 0 <= nxt[axis] <= size - 1 or self.evaluate(nxt) >= self.evaluate(best):
                             break
                         best, improved = nxt, True
             if not improved and not tried_jumps and self.n_app > 5:
@@ -178,7 +187,7 @@ def make_shortlist(search: RungSearch, check: RenderCheck | None, pinned: bool) 
         # finer geometry rungs (+2, +4, +6: the ladder is dense at its coarse end) with the same
         # appearance rung.
         g0, a0 = ranked[0]
-        cands = [(g0 + dg, a0) for dg in (2, 4, 6) if g0 + dg < len(GEOMETRY_LADDER)]
+        cands = [(g0 + dg, a0) for dg in (2, 4, 6) if g0 + dg <= len(GEOMETRY_LADDER) - 1]
         steps_up = {(g0 + dg, a0): (g0 + dg - 2, a0) for dg in (2, 4, 6)}
         for pi in cands:
             search.evaluate(pi)
@@ -332,13 +341,46 @@ def _verify_shortlist(search: RungSearch, short: Shortlist, check: RenderCheck |
     return v.best
 
 
+def _fill_between_rungs(search: RungSearch, enc: Encoding) -> Encoding:
+    """Every leaf at rung g leaves the budget short: the finest geometry rung at or above g,
+    fractional between two ladder rungs, whose every leaf fits the target on real bytes (whole
+    ladder rungs first, then a bisection toward the next one)."""
+    tree, target = search.tree, search.target
+    g, a = enc.rung.index
+    top = len(GEOMETRY_LADDER) - 1
+
+    def every_leaf(geometry) -> Encoding | None:
+        search.evaluate((geometry, a))
+        rung = search.cache[(geometry, a)].rung
+        quantize_tree(tree.pyramid, rung, tree.meta, search.memo)
+        tuner = CutTuner(tree.pyramid, rung, tree.meta, target)
+        if tuner.full_size(tuner.kmax) <= target:
+            return tuner.full[tuner.kmax]
+        rung.symbols = []
+        return None
+
+    lo, hi = g, math.floor(g) + 1
+    while hi <= top and (found := every_leaf(hi)) is not None:
+        lo, hi, enc = hi, hi + 1, found
+    if hi <= top:
+        for _ in range(FILL_BISECTIONS):
+            mid = (lo + hi) / 2
+            if (found := every_leaf(mid)) is not None:
+                lo, enc = mid, found
+            else:
+                hi = mid
+    logger.debug("every leaf at rung %s: %d bytes of %d", (lo, a), enc.nbytes, target)
+    return enc
+
+
 def allocate_and_encode(tree: Tree, target: int, *, seed: int, prog: Progress, times: StageTimes,
                         check: RenderCheck | None = None, pin: tuple | None = None, start: tuple | None = None,
-                        want_seeds: bool = False) -> Allocation:
+                        want_seeds: bool = False, fill: bool = True) -> Allocation:
     """Rung choice (proxy hill climb, render-verified shortlist), cut tuning and the final encode.
     ``pin``: code at that rung (no search). ``start``: climb from that rung. ``want_seeds``: if
     the cut keeps (nearly) every leaf, also return what the pruning search's pinned variants
-    reuse (:class:`PinnedSeeds`)."""
+    reuse (:class:`PinnedSeeds`). ``fill``: a winner that keeps every leaf short of the target
+    moves to a finer fractional rung (:func:`_fill_between_rungs`; never with ``pin``)."""
     search = RungSearch(tree, target, seed, prog)
     with times.stage("allocate", lambda: f"{len(search.cache)} rungs estimated, proxy's best {search.ranked()[0]}"):
         if pin is not None:
@@ -349,15 +391,17 @@ def allocate_and_encode(tree: Tree, target: int, *, seed: int, prog: Progress, t
     short = make_shortlist(search, check, pinned=pin is not None)
     best = _verify_shortlist(search, short, check, times)
     with times.step("encode"):
-        k, _ = best.tuner.finish(best.k)
+        k, size = best.tuner.finish(best.k)
         enc = best.tuner.full[k]
+        if fill and pin is None and k >= best.tuner.kmax and size < FILL_BELOW * target:
+            enc = _fill_between_rungs(search, enc)
     prog("encode", 1, 1)
     seeds = None
     if want_seeds and sum(enc.terminal) >= KEEPS_ALL_SHARE * tree.pyramid.levels[-1].num_gaussians:
         # only a cut that keeps (nearly) every leaf has its finer neighbours searched
-        pi = best.pi
+        pi = enc.rung.index
         nbrs = [nxt for nxt in ((pi[0] + 1, pi[1]), (pi[0], pi[1] + 1), (pi[0] + 2, pi[1]))
-                if nxt[0] < len(GEOMETRY_LADDER) and nxt[1] < search.n_app]
+                if nxt[0] <= len(GEOMETRY_LADDER) - 1 and nxt[1] < search.n_app]
         for nxt in nbrs:
             search.evaluate(nxt)
         seeds = PinnedSeeds(rates={p: float(c.rung.plan.rate[-1] + c.rung.fixed_bytes) for p, c in search.cache.items()},
