@@ -105,6 +105,22 @@ def test_compress_missing_and_bad_target(tmp_path, capsys):
     assert not (tmp_path / "o.pgms").exists()
 
 
+def test_compress_fractional_and_bad_preset(tmp_path, capsys):
+    """``--preset`` pins a geometry rung between two ladder rungs too; one out of the ladder is one
+    error line and writes nothing."""
+    out = tmp_path / "o.pgms"
+    assert main(["compress", str(ASSET), "-o", str(out), "--ratio", "5", "--preset", "14.5,0", "--refine-steps", "0",
+                 *FAST]) == 0
+    assert "preset 14.5,0" in capsys.readouterr().out and out.exists()
+    out.unlink()
+    assert main(["compress", str(ASSET), "-o", str(out), "--preset", "17.5,0", *FAST]) == 2
+    assert "preset rungs must be in" in one_error_line(capsys, "compress")
+    with pytest.raises(SystemExit) as e:
+        main(["compress", str(ASSET), "-o", str(out), "--preset", "fine,0"])
+    assert e.value.code == 2 and "expected two rungs" in capsys.readouterr().err
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("mutate,match", [
     (lambda d: d[: len(d) // 2], "truncated"),
     (lambda d: d[:100] + bytes([d[100] ^ 0x10]) + d[101:], "checksum"),
