@@ -108,9 +108,10 @@ APPEARANCE_LADDER: tuple[tuple, ...] = (
 
 
 # A fractional geometry rung g + t (0 < t < 1) lies between rungs g and g + 1: its steps are
-# their geometric interpolation, its bit depths and codebook cap round the linear one. Only the
-# finest rung that keeps every leaf is refined this way (encoder/rungs.py): there the byte gap
-# to the next rung, which would have to merge, is rate a file cannot otherwise spend.
+# their geometric interpolation, its bit depths and codebook cap round the linear one. The
+# encoder moves a file that keeps every leaf short of its target to one (encoder/rungs.py
+# _fill_between_rungs): the byte gap to the next ladder rung, which would have to merge, is rate
+# the file could not otherwise spend.
 def geometry_rung(geometry: float) -> tuple:
     """The geometry rung's parameters, for an integer or a fractional index."""
     g = int(geometry)
