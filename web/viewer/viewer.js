@@ -104,12 +104,19 @@ const nextFrames = (k) => new Promise((resolve) => {
 // Spark generates and depth-sorts splats asynchronously (a timer after the frame, then a worker
 // whose first start loads WebAssembly), so a fixed number of frames is not enough on a loaded
 // machine: wait until the splats of `next` are generated, sorted and displayed, then draw twice.
+// These are SparkRenderer's own fields (Spark 2.2, pinned in package-lock.json); where a later
+// Spark lacks them the viewer falls back to waiting three frames.
 const SORT_WAIT_MS = 20000;
+const sortStateKnown = () => spark.current !== undefined && "sortDirty" in spark && "activeSplats" in spark;
 const settled = (next) => spark.current.numSplats === next.numSplats && spark.display === spark.current
   && !spark.sorting && !spark.sortDirty && spark.activeSplats > 0;
 async function sortedAndDrawn(next) {
   const start = performance.now();
   await nextFrames(1);
+  if (!sortStateKnown()) {
+    await nextFrames(2);
+    return performance.now() - start;
+  }
   while (!settled(next)) {
     if (performance.now() - start > SORT_WAIT_MS) {
       console.warn(`splats not sorted after ${SORT_WAIT_MS} ms; showing the level anyway`);
