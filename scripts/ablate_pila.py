@@ -12,6 +12,10 @@ as zeros), ``one_expert`` (one expert refining every slot, expert width x6: same
 ``plain`` (same inputs and about the same size, no fields / experts / routing / residuals;
 S stage-3 steps), ``finetune`` (the base transformer itself fine-tuned with the flow-matching
 loss for S steps). Budgets and wall times go to ``WORK/<arm>/budget.json``.
+
+``--apply-to each_branch`` trains the adapter arms to correct every transformer call (the
+conditional velocity with 10% empty prompts, no guided target; see ``visionmoe.video.attach``)
+into ``WORK/<arm>_eb``; evaluate them with ``--arms pila_eb plain_eb ...``.
 """
 
 from __future__ import annotations
@@ -40,9 +44,10 @@ def n_params(m) -> int:
 
 
 def common(a, pipe_dir):
+    guidance = a.guidance if a.apply_to == "guided" else 1.0  # each_branch trains on each branch's own velocity
     return dict(model=pipe_dir, cache_dir=os.path.join(a.work, "cache"), batch_size=a.batch, max_sequence_length=512,
-                log_every=10, checkpoint_every=10**6, save_dtype="float32", flow_guidance=a.guidance, sigma_shift=6.0,
-                learning_rate=a.lr, seed=0)
+                log_every=10, checkpoint_every=10**6, save_dtype="float32", flow_guidance=guidance, sigma_shift=6.0,
+                learning_rate=a.lr, seed=0, apply_to=a.apply_to)
 
 
 def train_arm(a):
@@ -51,7 +56,9 @@ def train_arm(a):
 
     pipe_dir = str(TOY_WORLD_PATH)
     pipe = load_backbone(pipe_dir)
-    out = os.path.join(a.work, a.arm)
+    if a.arm == "finetune" and a.apply_to != "guided":
+        raise SystemExit("--apply-to concerns the adapter arms; the fine-tuned base is applied per branch by nature")
+    out = os.path.join(a.work, a.arm + ("_eb" if a.apply_to == "each_branch" else ""))
     os.makedirs(out, exist_ok=True)
     S = a.steps
     t0 = time.time()
@@ -74,7 +81,7 @@ def train_arm(a):
 
         ad = PILAAdapter.from_pretrained(prev)
         info = dict(adapter_dir=prev, params=n_params(ad), stages=stages)
-    info.update(arm=a.arm, optimiser_steps=S, batch=a.batch, wall_min=round((time.time() - t0) / 60, 2),
+    info.update(arm=a.arm, apply_to=a.apply_to, optimiser_steps=S, batch=a.batch, wall_min=round((time.time() - t0) / 60, 2),
                 base_params=n_params(pipe.transformer), threads=torch.get_num_threads())
     with open(os.path.join(out, "budget.json"), "w") as fh:
         json.dump(info, fh, indent=1)
@@ -89,6 +96,7 @@ def finetune(a, pipe, base):
     from visionmoe.video.data import LatentCache, collate
     from visionmoe.video.train import TrainConfig, _mix, batch_indices, prepare_cache, sample_sigmas
 
+    base = {k: v for k, v in base.items() if k != "apply_to"}
     cfg = TrainConfig(stage=3, output_dir=os.path.join(a.work, "finetune"), max_steps=a.steps, **base)
     prepare_cache(cfg, pipe)
     ds = LatentCache(cfg.cache_dir)
@@ -163,7 +171,9 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=120)
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--guidance", type=float, default=3.0, help="flow_guidance of the adapters' stage 3")
+    p.add_argument("--guidance", type=float, default=3.0, help="flow_guidance of the adapters' stage 3 (guided)")
+    p.add_argument("--apply-to", choices=["guided", "each_branch"], default="guided",
+                   help="where the adapter arms' correction is applied (and so trained)")
     p.add_argument("--num-clips", type=int, default=256)
     p.add_argument("--num", type=int, default=48)
     p.add_argument("--seed-sets", type=int, nargs="+", default=[990_000, 880_000])

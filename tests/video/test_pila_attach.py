@@ -311,3 +311,75 @@ def test_batched_prompts_get_their_own_priors():
     assert [p.categories for p in c.priors] == [("liquid",), ("gas",)]
     mask = c.category_mask(4, None, "cpu")  # prompt-major, like Wan's prompt embeddings
     assert mask.tolist() == [[False, False, True, False, False, False]] * 2 + [[False, False, False, True, False, False]] * 2
+
+
+class TextRecorder(Recorder):
+    """Also records each call's text embeddings."""
+
+    def pre_forward(self, module, *args, **kwargs):
+        self._text = kwargs["encoder_hidden_states"]
+        return super().pre_forward(module, *args, **kwargs)
+
+    def post_forward(self, module, output):
+        self.calls.append((self._x.clone(), output[0].clone(), self._text.clone()))
+        return output
+
+
+def test_each_branch_corrects_every_call_before_guidance():
+    """apply_to='each_branch': the conditional call gets dv_c (prompt prior), the unconditional
+    one dv_u (every category allowed), each from its own velocity and text, and guidance
+    combines the corrected branches: v' = v_cfg + s (dv_u + g (dv_c - dv_u))."""
+    pipe = load_tiny_wan("2.1")
+    rec = TextRecorder()
+    HookRegistry.check_if_exists_or_initialize(pipe.transformer).register_hook(rec, "recorder")
+    a, s, g = adapter(apply_to="each_branch"), 0.7, 4.0
+    with torch.no_grad():  # a text classifier that acts, so a wrong text would show
+        a.text_prior_weight.fill_(1.0)
+        for p in a.text_classifier.parameters():
+            p.copy_(torch.randn(p.shape, generator=torch.Generator().manual_seed(5)) * 0.5)
+    c = attach_pila(pipe, a, scale=s, categories=["liquid"])
+    assert c.settings.apply_to == "each_branch"  # read from the adapter's config
+    seen = []
+    step = pipe.scheduler.step
+    pipe.scheduler.step = lambda v, t, x, **kw: (seen.append((v.clone(), x.clone())), step(v, t, x, **kw))[1]
+    run(pipe, guidance=g)
+    assert len(rec.calls) == 4 and len(seen) == 2 and c.calls == 4  # one adapter call per transformer call
+    sigmas = pipe.scheduler.sigmas
+    liquid = torch.zeros(1, 6, dtype=torch.bool)
+    liquid[0, 2] = True
+    for i, (v_pred, x) in enumerate(seen):
+        (xc, vc, tc), (xu, vu, tu) = rec.calls[2 * i], rec.calls[2 * i + 1]
+        assert torch.equal(xc, x) and torch.equal(xu, x) and not torch.equal(tc, tu)
+        sig = torch.tensor([float(sigmas[i])])
+        with torch.no_grad():
+            dv_c = a(x, vc, sig, encoder_hidden_states=tc, category_mask=liquid, compute_residuals=False).dv
+            dv_u = a(x, vu, sig, encoder_hidden_states=tu, category_mask=torch.ones(1, 6, dtype=torch.bool),
+                     compute_residuals=False).dv
+        assert not torch.allclose(dv_c, dv_u, atol=1e-4)
+        want = (vu + s * dv_u) + g * ((vc + s * dv_c) - (vu + s * dv_u))
+        torch.testing.assert_close(v_pred, want, rtol=1e-5, atol=1e-5)
+
+
+def test_apply_to_follows_the_adapter_unless_overridden(tmp_path):
+    pipe = load_tiny_wan("2.1")
+    base = run(pipe)
+    a = adapter(apply_to="each_branch")
+    a.save_pretrained(tmp_path / "eb")
+    loaded = PILAAdapter.from_pretrained(tmp_path / "eb").eval()
+    assert loaded.config.apply_to == "each_branch"
+    assert attach_pila(pipe, loaded).settings.apply_to == "each_branch"
+    each = run(pipe)
+    c = attach_pila(pipe, loaded, apply_to="guided")
+    guided = run(pipe)
+    assert c.calls == 2 and not torch.allclose(each, guided, atol=1e-4)
+    assert attach_pila(pipe, adapter()).settings.apply_to == "guided"  # the default (and older adapters)
+    attach_pila(pipe, loaded, scale=0.0)
+    assert torch.equal(run(pipe), base)  # scale 0 stays bit-identical in either mode
+    with pytest.raises(ValueError, match="apply_to"):
+        attach_pila(pipe, loaded, apply_to="sideways")
+    with pytest.raises(ValueError, match="residual_guidance works with apply_to='guided'"):
+        attach_pila(pipe, loaded, residual_guidance=0.01)
+    with pytest.raises(ValueError, match="apply_to"):
+        PILAAdapter(**SMALL, apply_to="both")
+    detach_pila(pipe)
+    assert torch.equal(run(pipe), base)

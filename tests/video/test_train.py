@@ -365,3 +365,43 @@ def test_plain_adapter_trains_in_stage_3(tmp_path, cache, pipe):
                       **{**SMALL, "adapter": {"structure": "plain", "hidden_dim": 16, "plain_blocks": 1}})
     res = train(cfg, pipe=pipe)
     assert res.steps == 2 and all(torch.isfinite(torch.tensor(h["flow"])) for h in res.history)
+
+
+def test_each_branch_trains_on_each_branch_and_records_it(tmp_path, cache, pipe):
+    """apply_to='each_branch': the conditional velocity (never the guided one), the empty prompt
+    and no category prior for the dropped samples, and the adapter's config says so."""
+    from visionmoe.video.data import LatentCache, collate, encode_captions
+    from visionmoe.video.train import stage_losses
+
+    cache_dir, _ = cache
+    ds = LatentCache(cache_dir)
+    batch = collate([ds[0], ds[1]], 32)
+    adapter = PILAAdapter(latent_channels=16, text_dim=int(batch["text"].shape[-1]), hidden_dim=16, slot_dim=4,
+                          expert_hidden=16)
+    e = encode_captions(pipe, [""], 32)[0]
+    uncond = torch.cat([e, e.new_zeros(32 - e.shape[0], e.shape[1])])[None]
+    seen = []
+
+    def fn(x_t, v, sigma, **kw):
+        seen.append((kw["encoder_hidden_states"].clone(), kw["category_mask"].clone()))
+        return adapter(x_t, v, sigma, **kw)
+
+    kw = dict(stage=3, output_dir="unused", cache_dir=cache_dir, w_physics=0.0, apply_to="each_branch", **SMALL)
+    out = stage_losses(fn, adapter, pipe, batch, TrainConfig(uncond_prob=1.0, **kw), torch.Generator().manual_seed(3),
+                       torch.device("cpu"), uncond)
+    text, mask = seen[-1]
+    assert torch.equal(text, uncond.expand(2, -1, -1)) and bool(mask.all())
+    kept = stage_losses(fn, adapter, pipe, batch, TrainConfig(uncond_prob=0.0, **kw), torch.Generator().manual_seed(3),
+                        torch.device("cpu"), uncond)
+    assert torch.equal(seen[-1][0], batch["text"])
+    assert not torch.isclose(out["flow_base"], kept["flow_base"])  # the empty prompt's velocity, not the guided one
+    with pytest.raises(ValueError, match="flow_guidance must be 1"):
+        TrainConfig(**{**kw, "flow_guidance": 3.0})
+    with pytest.raises(ValueError, match="apply_to"):
+        TrainConfig(**{**kw, "apply_to": "somewhere"})
+    with pytest.raises(ValueError, match="uncond_prob"):
+        TrainConfig(**{**kw, "uncond_prob": 1.5})
+    res = train(TrainConfig(**{**kw, "output_dir": str(tmp_path / "eb"), "max_steps": 2, "checkpoint_every": 2,
+                               "rollout_steps": 1}), pipe=pipe)
+    assert PILAAdapter.from_pretrained(res.adapter_dir).config.apply_to == "each_branch"
+    assert all(torch.isfinite(torch.tensor(h["flow"])) for h in res.history)

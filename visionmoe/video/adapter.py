@@ -35,6 +35,9 @@ from .labels import TextCategoryClassifier
 from .taxonomy import CATEGORIES, CATEGORY_NAMES, NUM_CATEGORIES, SLOTS
 
 
+APPLY_TO = ("guided", "each_branch")
+
+
 @dataclass
 class PILAOutput:
     dv: torch.Tensor  # [B, C, F, H, W] velocity correction
@@ -74,6 +77,10 @@ class PILAAdapter(ModelMixin, ConfigMixin):
             classifier; ``None`` = no text input.
         flow_window, flow_reg: Lucas-Kanade window and Tikhonov regulariser of the anchor.
         kappa: initial heat diffusivity of the heat residual (learned, positive).
+        apply_to: where the pipeline adds the correction, as the adapter was trained (see
+            :mod:`.attach`): ``"guided"`` (one ``dv`` from the conditional call, added to the
+            guided velocity) or ``"each_branch"`` (every transformer call is corrected from its
+            own velocity and text; guidance then combines the corrected branches).
     """
 
     config_name = "config.json"
@@ -97,8 +104,11 @@ class PILAAdapter(ModelMixin, ConfigMixin):
         anchor: bool = True,
         single_expert: bool = False,
         plain_blocks: int = 4,
+        apply_to: str = "guided",
     ):
         super().__init__()
+        if apply_to not in APPLY_TO:
+            raise ValueError(f"apply_to must be one of {APPLY_TO}, got {apply_to!r}")
         if latent_channels < 1 or patch_size < 1:
             raise ValueError(f"latent_channels and patch_size must be positive, got {latent_channels}, {patch_size}")
         if structure not in ("physics", "plain"):

@@ -17,7 +17,21 @@ the same step reuses that same ``dv``. Both branches get ``+ s(t) dv``, so
     v' = (v_u + s dv) + g ((v_c + s dv) - (v_u + s dv)) = v_cfg + s(t) dv
 
 for any guidance scale g, and ``v' = v_c + s(t) dv`` without guidance: the correction is
-neither amplified by g nor cancelled, and costs one adapter call per step.
+neither amplified by g nor cancelled, and costs one adapter call per step. This is
+``apply_to="guided"``, for adapters trained on the guided velocity (``flow_guidance=g``).
+
+With ``apply_to="each_branch"`` the adapter is part of the model: every transformer call is
+corrected from its own velocity and text, ``dv_c`` from the conditional call with the
+prompt's prior, ``dv_u`` from the unconditional call with every category allowed, so
+
+    v' = (v_u + s dv_u) + g ((v_c + s dv_c) - (v_u + s dv_u)) = v_cfg + s (dv_u + g (dv_c - dv_u))
+
+at two adapter calls per guided step. Such an adapter is trained on the conditional velocity
+with the prompt dropped to the empty one for a share of the samples (``uncond_prob``), as the
+base model was. Why it exists: a correction fitted by mean squared error to the *guided*
+velocity learns to undo part of the guidance (the conditional flow target does not contain
+it), which fades and shrinks what guidance sharpens. The adapter's config records which way
+it was trained and ``attach_pila`` applies it that way unless told otherwise.
 With ``residual_guidance = eta > 0`` the step's correction becomes ``s dv + dv_g``, where
 ``dv_g`` is a normalised gradient step of size ``eta * rms(v)`` that lowers the residual
 energy of the bank built from ``(x_t, v_c + s dv)``; it is shared by both branches the same way.
@@ -54,7 +68,7 @@ import torch
 from diffusers.hooks import HookRegistry, ModelHook
 from diffusers.hooks.hooks import BaseState, StateManager
 
-from .adapter import PILAAdapter
+from .adapter import APPLY_TO, PILAAdapter
 from .labels import CategoryPrior, resolve_prior
 from .taxonomy import CATEGORY_NAMES, category_index
 
@@ -75,10 +89,15 @@ class PILASettings:
     per_category_scale: Mapping[str, float] | None = None
     num_train_timesteps: int = 1000
     residual_guidance: float = 0.0
+    apply_to: str = "guided"
     category_scale: torch.Tensor = field(init=False)
 
     def __post_init__(self):
         self.scale = float(self.scale)
+        if self.apply_to not in APPLY_TO:
+            raise ValueError(f"apply_to must be one of {APPLY_TO}, got {self.apply_to!r}")
+        if self.apply_to == "each_branch" and self.residual_guidance > 0:
+            raise ValueError("residual_guidance works with apply_to='guided' only (one correction per step)")
         if self.residual_guidance < 0:
             raise ValueError(f"residual_guidance must be >= 0, got {self.residual_guidance}")
         if not 0.0 <= self.start <= self.end <= 1.0:
@@ -192,9 +211,11 @@ class PILAHook(ModelHook):
             hidden_states = hidden_states[:, : sample.shape[1]]
         ctx = self.state_manager._context
         branch = ctx.name if ctx is not None else "cond"
+        each_branch = c.settings.apply_to == "each_branch"
         cached = c._cache
         if (
-            branch != "cond"
+            not each_branch
+            and branch != "cond"
             and cached is not None
             and cached[2] == progress
             and cached[3].shape == sample.shape
@@ -206,7 +227,10 @@ class PILAHook(ModelHook):
             if adapter.device != sample.device:
                 adapter.to(sample.device)
             with torch.no_grad():
-                mask = c.category_mask(sample.shape[0], text, sample.device)
+                if each_branch and branch == "uncond":  # the empty prompt: no category prior
+                    mask = torch.ones(sample.shape[0], len(CATEGORY_NAMES), dtype=torch.bool, device=sample.device)
+                else:
+                    mask = c.category_mask(sample.shape[0], text, sample.device)
                 out = adapter(
                     hidden_states,
                     sample,
@@ -230,7 +254,7 @@ class PILAHook(ModelHook):
                 c.last_energy = float(energy)
                 dv = dv + dv_g.to(sample.dtype)
             c.calls += 1
-            c._cache = (hidden_states, hidden_states._version, progress, dv)
+            c._cache = None if each_branch else (hidden_states, hidden_states._version, progress, dv)
         corrected = sample + scale * dv
         if isinstance(output, tuple):
             return (corrected, *output[1:])
@@ -273,6 +297,7 @@ def attach_pila(
     categories: str | Sequence[str] = "auto",
     per_category_scale: Mapping[str, float] | None = None,
     residual_guidance: float = 0.0,
+    apply_to: str | None = None,
 ) -> PILAController:
     """Attach ``adapter`` to a Wan pipeline (2.1: ``transformer``; 2.2: also ``transformer_2``).
 
@@ -287,6 +312,8 @@ def attach_pila(
         residual_guidance: size (relative to the velocity's RMS) of an extra gradient step that
             lowers the routed categories' residuals (:meth:`PILAAdapter.residual_guidance`);
             0 (default) disables it. Costs one adapter forward and backward per step.
+        apply_to: ``"guided"`` or ``"each_branch"`` (module docstring); default: the way the
+            adapter was trained (its config's ``apply_to``).
 
     Returns the :class:`PILAController` (settings can be changed between calls). Attaching
     twice replaces the previous attachment.
@@ -312,7 +339,8 @@ def attach_pila(
         detach_pila(pipe)
     sched = getattr(pipe, "scheduler", None)
     ntt = int(getattr(getattr(sched, "config", None), "num_train_timesteps", 1000) or 1000)
-    settings = PILASettings(scale, start, end, categories, per_category_scale, ntt, residual_guidance)
+    settings = PILASettings(scale, start, end, categories, per_category_scale, ntt, residual_guidance,
+                            apply_to or getattr(adapter.config, "apply_to", "guided"))
     adapter.eval()
     controller = PILAController(adapter, settings)
     for _, model in models:

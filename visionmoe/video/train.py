@@ -30,6 +30,12 @@ previous one (``init_adapter``) or from scratch:
    ``rollout_guidance`` plus the current adapter (no gradient), as the pipeline would. The
    target there is the straight path from the reached state to ``x0``: ``(x_t - x0) / sigma``
    (``eps - x0`` on the noising path itself).
+   ``apply_to`` says where the pipeline will add the correction (:mod:`.attach`):
+   ``"guided"`` (to the guided velocity ``v_u + g (v_c - v_u)``, ``g = flow_guidance``) or
+   ``"each_branch"`` (to every transformer call: the conditional velocity here, with the
+   prompt replaced by the empty one and the category prior lifted for a share
+   ``uncond_prob`` of the samples, as the base model was trained for guidance). The trained
+   adapter's config records it.
 
 The backbone (transformer(s), VAE, text encoder) is frozen: ``requires_grad_(False)``,
 ``eval()``, never passed to the optimiser, run under ``torch.no_grad()``. Data comes from
@@ -119,6 +125,10 @@ class TrainConfig:
     # stage 3: the velocity the correction is added to, as the pipeline applies it:
     # v_u + g (v_c - v_u) with g = flow_guidance (1 = the conditional velocity only)
     flow_guidance: float = 1.0
+    # stage 3: "guided" (one dv added to the guided velocity) or "each_branch" (the adapter
+    # corrects each transformer call; trained on the conditional velocity, see the module doc)
+    apply_to: str = "guided"
+    uncond_prob: float = 0.1  # each_branch: share of samples trained with the empty prompt
     # stage 3: train on states reached by the sampler (see module doc); 0 steps = off
     rollout_steps: int = 0
     rollout_prob: float = 1.0
@@ -166,6 +176,12 @@ class TrainConfig:
             errs.append(f"rollout_prob must lie in [0, 1], got {self.rollout_prob}")
         if not self.flow_guidance >= 0:
             errs.append(f"flow_guidance must be >= 0, got {self.flow_guidance}")
+        if self.apply_to not in ("guided", "each_branch"):
+            errs.append(f"apply_to must be 'guided' or 'each_branch', got {self.apply_to!r}")
+        elif self.apply_to == "each_branch" and self.flow_guidance != 1.0:
+            errs.append("apply_to='each_branch' trains on each branch's own velocity: flow_guidance must be 1")
+        if not 0.0 <= self.uncond_prob <= 1.0:
+            errs.append(f"uncond_prob must lie in [0, 1], got {self.uncond_prob}")
         if not (self.rollout_du > 0 and self.rollout_shift > 0 and self.rollout_guidance >= 0):
             errs.append("rollout_du and rollout_shift must be > 0 and rollout_guidance >= 0")
         for f_ in dataclasses.fields(self):
@@ -408,11 +424,16 @@ def rollout(adapter_fn, adapter, pipe, x0, eps, sigma, text, uncond, mask, cfg: 
         for j in range(k):
             v_c = backbone_velocity(pipe, x, sig[j], text).float()
             v = v_c
-            if g != 1.0:
-                v_u = backbone_velocity(pipe, x, sig[j], uncond.expand(len(x), -1, -1)).float()
-                v = v_u + g * (v_c - v_u)
             dv = adapter_fn(x, v_c, sig[j], encoder_hidden_states=text if adapter.text_classifier is not None else None,
                             category_mask=mask, compute_residuals=False).dv.float()
+            if g != 1.0:
+                u_text = uncond.expand(len(x), -1, -1)
+                v_u = backbone_velocity(pipe, x, sig[j], u_text).float()
+                v = v_u + g * (v_c - v_u)
+                if cfg.apply_to == "each_branch":  # dv_u + g (dv_c - dv_u), as attach applies it
+                    dv_u = adapter_fn(x, v_u, sig[j], encoder_hidden_states=u_text if adapter.text_classifier is not None
+                                      else None, category_mask=torch.ones_like(mask), compute_residuals=False).dv.float()
+                    dv = dv_u + g * (dv - dv_u)
             x = x + view(sig[j + 1] - sig[j]) * (v + cfg.pila_scale * dv)
     return x
 
@@ -435,6 +456,13 @@ def stage_losses(adapter_fn, adapter, pipe, batch: Dict, cfg: TrainConfig, gen: 
     mask = torch.where(use_mask[:, None], labels > 0, torch.ones_like(labels, dtype=torch.bool))
     mask = mask | ~mask.any(-1, keepdim=True)  # never an empty prior
     flow_target = eps - x0
+    if cfg.stage == 3 and cfg.apply_to == "each_branch" and cfg.uncond_prob > 0:
+        drop = (torch.rand(B, generator=gen) < cfg.uncond_prob).to(device)
+        if bool(drop.any()):
+            if uncond is None:
+                raise ValueError("apply_to='each_branch' with uncond_prob > 0 needs the empty prompt's embedding (uncond)")
+            text = torch.where(drop.view(B, 1, 1), uncond.to(text.dtype).expand(B, -1, -1), text)
+            mask = mask | drop[:, None]  # the empty prompt carries no category prior
     if cfg.stage == 3 and cfg.rollout_steps > 0:
         roll = (torch.rand(B, generator=gen) < cfg.rollout_prob).to(device)
         if bool(roll.any()):
@@ -576,7 +604,8 @@ def train(cfg: TrainConfig, *, progress: bool = False, log_callback: Optional[Ca
             m.to(device)
     report = prepare_cache(cfg, pipe, accelerator, progress=progress and accelerator.is_main_process)
     uncond = None
-    if cfg.stage == 3 and ((cfg.rollout_steps > 0 and cfg.rollout_guidance != 1.0) or cfg.flow_guidance != 1.0):
+    if cfg.stage == 3 and ((cfg.rollout_steps > 0 and cfg.rollout_guidance != 1.0) or cfg.flow_guidance != 1.0
+                           or (cfg.apply_to == "each_branch" and cfg.uncond_prob > 0)):
         if getattr(pipe, "text_encoder", None) is None:
             raise ValueError("guided training (rollouts or flow_guidance) needs the pipeline's text encoder (for the empty prompt)")
         from .data import encode_captions
@@ -605,6 +634,8 @@ def train(cfg: TrainConfig, *, progress: bool = False, log_callback: Optional[Ca
         adapter.check_compatible(latent_channels=latent_channels, text_dim=text_dim, where="latent cache")
     else:
         adapter = PILAAdapter(latent_channels=latent_channels, text_dim=text_dim, **cfg.adapter)
+    if cfg.stage == 3:
+        adapter.register_to_config(apply_to=cfg.apply_to)  # how the pipeline is to apply what this stage trains
     adapter.to(device).train()
     params = trainable_parameters(adapter, cfg.stage)
     optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
