@@ -56,8 +56,6 @@ def train_arm(a):
 
     pipe_dir = str(TOY_WORLD_PATH)
     pipe = load_backbone(pipe_dir)
-    if a.arm == "finetune" and a.apply_to != "guided":
-        raise SystemExit("--apply-to concerns the adapter arms; the fine-tuned base is applied per branch by nature")
     out = os.path.join(a.work, a.arm + ("_eb" if a.apply_to == "each_branch" else ""))
     os.makedirs(out, exist_ok=True)
     S = a.steps
@@ -89,26 +87,37 @@ def train_arm(a):
 
 
 def finetune(a, pipe, base):
-    """Ablation (b): the base transformer fine-tuned with the flow-matching loss (guided target as
-    the adapters: the conditional model is trained on its own loss), same clips, batches, steps."""
+    """Ablation (b): the base transformer fine-tuned with the flow-matching loss on its own
+    (conditional) velocity, same clips, batches, steps; with ``--apply-to each_branch`` also the
+    base's own recipe for guidance (10% empty prompts) and ``--finetune-lr``."""
     import torch.nn.functional as F
+
+    from visionmoe.video.data import encode_captions
 
     from visionmoe.video.data import LatentCache, collate
     from visionmoe.video.train import TrainConfig, _mix, batch_indices, prepare_cache, sample_sigmas
 
     base = {k: v for k, v in base.items() if k != "apply_to"}
-    cfg = TrainConfig(stage=3, output_dir=os.path.join(a.work, "finetune"), max_steps=a.steps, **base)
+    out = os.path.join(a.work, "finetune" + ("_eb" if a.apply_to == "each_branch" else ""))
+    cfg = TrainConfig(stage=3, output_dir=out, max_steps=a.steps, **base)
     prepare_cache(cfg, pipe)
     ds = LatentCache(cfg.cache_dir)
     tr = pipe.transformer
     tr.requires_grad_(True).train()
-    opt = torch.optim.AdamW(tr.parameters(), lr=a.lr)
+    lr = a.finetune_lr or a.lr
+    opt = torch.optim.AdamW(tr.parameters(), lr=lr)
+    drop_p = 0.1 if a.apply_to == "each_branch" else 0.0
+    e = encode_captions(pipe, [""], 512)[0]
+    uncond = torch.cat([e, e.new_zeros(512 - e.shape[0], e.shape[1])])[None]
     for step in range(a.steps):
         batch = collate([ds[i] for i in batch_indices(step, a.batch, len(ds), 0, 0, 1)], 512)
         gen = torch.Generator().manual_seed(_mix(0, 7, step, 0))
         x0, text = batch["latents"].float(), batch["text"]
         eps = torch.randn(x0.shape, generator=gen)
         sigma = sample_sigmas(torch.rand(len(x0), generator=gen), cfg)
+        if drop_p > 0:
+            drop = torch.rand(len(x0), generator=gen) < drop_p
+            text = torch.where(drop.view(-1, 1, 1), uncond.to(text.dtype).expand(len(x0), -1, -1), text)
         s = sigma.view(-1, 1, 1, 1, 1)
         v = tr(hidden_states=(1 - s) * x0 + s * eps, timestep=sigma * 1000, encoder_hidden_states=text,
                return_dict=False)[0]
@@ -120,9 +129,9 @@ def finetune(a, pipe, base):
         if step % 10 == 0:
             print(f"finetune step {step} loss {loss.item():.4f}", flush=True)
     tr.eval().requires_grad_(False)
-    d = os.path.join(a.work, "finetune", "transformer")
+    d = os.path.join(out, "transformer")
     tr.save_pretrained(d)
-    return dict(transformer_dir=d, params=n_params(tr))
+    return dict(transformer_dir=d, params=n_params(tr), learning_rate=lr, uncond_prob=drop_p)
 
 
 def eval_arms(a):
@@ -131,7 +140,7 @@ def eval_arms(a):
     arms = []
     for name in a.arms:
         b = json.load(open(os.path.join(a.work, name, "budget.json")))
-        if name == "finetune":
+        if name.startswith("finetune"):
             arms.append(E.Arm(name, transformer=b["transformer_dir"]))
         else:
             arms.append(E.Arm(name, adapter=b["adapter_dir"]))
@@ -171,6 +180,7 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=120)
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--finetune-lr", type=float, default=None, help="learning rate of the fine-tuned base (default: --lr)")
     p.add_argument("--guidance", type=float, default=3.0, help="flow_guidance of the adapters' stage 3 (guided)")
     p.add_argument("--apply-to", choices=["guided", "each_branch"], default="guided",
                    help="where the adapter arms' correction is applied (and so trained)")

@@ -372,6 +372,13 @@ def test_apply_to_follows_the_adapter_unless_overridden(tmp_path):
     c = attach_pila(pipe, loaded, apply_to="guided")
     guided = run(pipe)
     assert c.calls == 2 and not torch.allclose(each, guided, atol=1e-4)
+    detach_pila(pipe)  # the pipelines share their transformer
+    pipe2 = WanPILAPipeline.from_pipe(pipe, adapter=loaded, pila_kwargs={"scale": 0.5})
+    pipe2.set_progress_bar_config(disable=True)
+    half = run(pipe2)
+    torch.testing.assert_close(run(pipe2, pila_scale=0.5), half)  # a per-call override keeps the mode
+    assert pipe2.pila.settings.apply_to == "each_branch"
+    detach_pila(pipe2)
     assert attach_pila(pipe, adapter()).settings.apply_to == "guided"  # the default (and older adapters)
     attach_pila(pipe, loaded, scale=0.0)
     assert torch.equal(run(pipe), base)  # scale 0 stays bit-identical in either mode

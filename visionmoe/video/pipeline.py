@@ -56,13 +56,14 @@ class WanPILAPipeline(WanPipeline):
         categories: str | Sequence[str] = "auto",
         per_category_scale: Mapping[str, float] | None = None,
         residual_guidance: float = 0.0,
+        apply_to: str | None = None,
         **load_kwargs,
     ) -> PILAController:
         adapter = load_adapter(adapter, **load_kwargs)
         device = next((m.device for m in (self.transformer, self.transformer_2) if m is not None), None)
         if device is not None and device.type != "meta":
             adapter.to(device)
-        return attach_pila(self, adapter, scale, start, end, categories, per_category_scale, residual_guidance)
+        return attach_pila(self, adapter, scale, start, end, categories, per_category_scale, residual_guidance, apply_to)
 
     def unload_pila(self) -> None:
         detach_pila(self)
@@ -71,7 +72,8 @@ class WanPILAPipeline(WanPipeline):
     def from_pretrained(cls, pretrained_model_name_or_path, adapter=None, *, pila_kwargs: dict | None = None, **kwargs):
         """Load a Wan diffusers checkpoint (local path or hub id) and attach ``adapter`` if given.
 
-        ``pila_kwargs`` go to :meth:`load_pila` (scale, start, end, categories, per_category_scale).
+        ``pila_kwargs`` go to :meth:`load_pila` (scale, start, end, categories, per_category_scale,
+        residual_guidance, apply_to).
         """
         if isinstance(pretrained_model_name_or_path, (str, os.PathLike)):
             p = str(pretrained_model_name_or_path)
@@ -114,6 +116,7 @@ class WanPILAPipeline(WanPipeline):
                 None,
                 saved.num_train_timesteps,
                 saved.residual_guidance,
+                saved.apply_to,
             )
             c.settings.category_scale = saved.category_scale
             return super().__call__(*args, **kwargs)
