@@ -15,7 +15,8 @@ loss for S steps). Budgets and wall times go to ``WORK/<arm>/budget.json``.
 
 ``--apply-to each_branch`` trains the adapter arms to correct every transformer call (the
 conditional velocity with 10% empty prompts, no guided target; see ``visionmoe.video.attach``)
-into ``WORK/<arm>_eb``; evaluate them with ``--arms pila_eb plain_eb ...``.
+into ``WORK/<arm>_eb``; evaluate them with ``--arms pila_eb plain_eb ...``. ``--rollout-steps k``
+trains stage 3 on the sampler's own states (suffix ``_rk``).
 """
 
 from __future__ import annotations
@@ -43,11 +44,16 @@ def n_params(m) -> int:
     return sum(p.numel() for p in m.parameters())
 
 
+def arm_dir(a) -> str:
+    return a.arm + ("_eb" if a.apply_to == "each_branch" else "") + (f"_r{a.rollout_steps}" if a.rollout_steps else "")
+
+
 def common(a, pipe_dir):
     guidance = a.guidance if a.apply_to == "guided" else 1.0  # each_branch trains on each branch's own velocity
     return dict(model=pipe_dir, cache_dir=os.path.join(a.work, "cache"), batch_size=a.batch, max_sequence_length=512,
                 log_every=10, checkpoint_every=10**6, save_dtype="float32", flow_guidance=guidance, sigma_shift=6.0,
-                learning_rate=a.lr, seed=0, apply_to=a.apply_to)
+                learning_rate=a.lr, seed=0, apply_to=a.apply_to, rollout_steps=a.rollout_steps,
+                rollout_guidance=a.guidance)
 
 
 def train_arm(a):
@@ -56,7 +62,7 @@ def train_arm(a):
 
     pipe_dir = str(TOY_WORLD_PATH)
     pipe = load_backbone(pipe_dir)
-    out = os.path.join(a.work, a.arm + ("_eb" if a.apply_to == "each_branch" else ""))
+    out = os.path.join(a.work, arm_dir(a))
     os.makedirs(out, exist_ok=True)
     S = a.steps
     t0 = time.time()
@@ -98,7 +104,9 @@ def finetune(a, pipe, base):
     from visionmoe.video.train import TrainConfig, _mix, batch_indices, prepare_cache, sample_sigmas
 
     base = {k: v for k, v in base.items() if k != "apply_to"}
-    out = os.path.join(a.work, "finetune" + ("_eb" if a.apply_to == "each_branch" else ""))
+    if a.rollout_steps:
+        raise SystemExit("--rollout-steps concerns the adapter arms")
+    out = os.path.join(a.work, arm_dir(a))
     cfg = TrainConfig(stage=3, output_dir=out, max_steps=a.steps, **base)
     prepare_cache(cfg, pipe)
     ds = LatentCache(cfg.cache_dir)
@@ -184,6 +192,8 @@ def main(argv=None):
     p.add_argument("--guidance", type=float, default=3.0, help="flow_guidance of the adapters' stage 3 (guided)")
     p.add_argument("--apply-to", choices=["guided", "each_branch"], default="guided",
                    help="where the adapter arms' correction is applied (and so trained)")
+    p.add_argument("--rollout-steps", type=int, default=0,
+                   help="adapter arms: stage 3 on the sampler's own states (TrainConfig.rollout_steps) -> WORK/<arm>..._rN")
     p.add_argument("--num-clips", type=int, default=256)
     p.add_argument("--num", type=int, default=48)
     p.add_argument("--seed-sets", type=int, nargs="+", default=[990_000, 880_000])
