@@ -28,7 +28,7 @@ __all__ = [
 ]
 
 #: the largest adapter accepted (float32: 0.8 GB); Wan2.1-1.3B's transformer has 1.42G parameters,
-#: the shipped toy-world adapter 5.6M
+#: the shipped toy-world adapter 0.19M
 MAX_ADAPTER_PARAMETERS = 200_000_000
 
 
@@ -74,6 +74,7 @@ ADAPTER_KEYS: dict[str, _Rule] = {
     "anchor": _Rule(bool),
     "single_expert": _Rule(bool),
     "plain_blocks": _Rule(int, 1, 64),
+    "apply_to": _Rule(str, choices=("guided", "each_branch")),
 }
 
 
