@@ -98,9 +98,7 @@ def finetune(a, pipe, base):
     base's own recipe for guidance (10% empty prompts) and ``--finetune-lr``."""
     import torch.nn.functional as F
 
-    from visionmoe.video.data import encode_captions
-
-    from visionmoe.video.data import LatentCache, collate
+    from visionmoe.video.data import LatentCache, collate, encode_captions
     from visionmoe.video.train import TrainConfig, _mix, batch_indices, prepare_cache, sample_sigmas
 
     base = {k: v for k, v in base.items() if k != "apply_to"}

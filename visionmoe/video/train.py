@@ -607,7 +607,8 @@ def train(cfg: TrainConfig, *, progress: bool = False, log_callback: Optional[Ca
     if cfg.stage == 3 and ((cfg.rollout_steps > 0 and cfg.rollout_guidance != 1.0) or cfg.flow_guidance != 1.0
                            or (cfg.apply_to == "each_branch" and cfg.uncond_prob > 0)):
         if getattr(pipe, "text_encoder", None) is None:
-            raise ValueError("guided training (rollouts or flow_guidance) needs the pipeline's text encoder (for the empty prompt)")
+            raise ValueError("guided training (rollouts, flow_guidance or each_branch's empty prompts) needs the "
+                             "pipeline's text encoder (for the empty prompt)")
         from .data import encode_captions
 
         e = encode_captions(pipe, [""], cfg.max_sequence_length)[0]
