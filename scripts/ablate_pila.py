@@ -98,8 +98,9 @@ def finetune(a, pipe, base):
     base's own recipe for guidance (10% empty prompts) and ``--finetune-lr``."""
     import torch.nn.functional as F
 
-    from visionmoe.video.data import LatentCache, collate, encode_captions
-    from visionmoe.video.train import TrainConfig, _mix, batch_indices, prepare_cache, sample_sigmas
+    from visionmoe.video.data import LatentCache, collate
+    from visionmoe.video.train import (TrainConfig, _mix, batch_indices, empty_prompt_embedding, prepare_cache,
+                                       sample_sigmas)
 
     base = {k: v for k, v in base.items() if k != "apply_to"}
     if a.rollout_steps:
@@ -113,8 +114,7 @@ def finetune(a, pipe, base):
     lr = a.finetune_lr or a.lr
     opt = torch.optim.AdamW(tr.parameters(), lr=lr)
     drop_p = 0.1 if a.apply_to == "each_branch" else 0.0
-    e = encode_captions(pipe, [""], 512)[0]
-    uncond = torch.cat([e, e.new_zeros(512 - e.shape[0], e.shape[1])])[None]
+    uncond = empty_prompt_embedding(pipe, 512)
     for step in range(a.steps):
         batch = collate([ds[i] for i in batch_indices(step, a.batch, len(ds), 0, 0, 1)], 512)
         gen = torch.Generator().manual_seed(_mix(0, 7, step, 0))

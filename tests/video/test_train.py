@@ -326,19 +326,25 @@ def test_physics_loss_acts_through_dv_and_is_zero_on_the_data():
     assert trajectory_residual(x0).shape == (2,)
 
 
-def test_flow_guidance_trains_on_the_guided_velocity(cache, pipe):
-    """With flow_guidance = g the flow loss is that of v_u + g (v_c - v_u) + s dv, the velocity the
-    hook changes in a guided pipeline; the adapter still reads the conditional velocity."""
-    from visionmoe.video.data import LatentCache, collate, encode_captions
-    from visionmoe.video.train import backbone_velocity, stage_losses
+def _two_clips_small_adapter_and_empty_prompt(cache_dir, pipe):
+    """A batch of two cached clips, a small untrained adapter for it, and the empty prompt's embedding."""
+    from visionmoe.video.data import LatentCache, collate
+    from visionmoe.video.train import empty_prompt_embedding
 
-    cache_dir, _ = cache
     ds = LatentCache(cache_dir)
     batch = collate([ds[0], ds[1]], 32)
     adapter = PILAAdapter(latent_channels=16, text_dim=int(batch["text"].shape[-1]), hidden_dim=16, slot_dim=4,
                           expert_hidden=16)
-    e = encode_captions(pipe, [""], 32)[0]
-    uncond = torch.cat([e, e.new_zeros(32 - e.shape[0], e.shape[1])])[None]
+    return batch, adapter, empty_prompt_embedding(pipe, 32)
+
+
+def test_flow_guidance_trains_on_the_guided_velocity(cache, pipe):
+    """With flow_guidance = g the flow loss is that of v_u + g (v_c - v_u) + s dv, the velocity the
+    hook changes in a guided pipeline; the adapter still reads the conditional velocity."""
+    from visionmoe.video.train import stage_losses
+
+    cache_dir, _ = cache
+    batch, adapter, uncond = _two_clips_small_adapter_and_empty_prompt(cache_dir, pipe)
     seen = []
 
     def fn(x_t, v, sigma, **kw):
@@ -370,16 +376,10 @@ def test_plain_adapter_trains_in_stage_3(tmp_path, cache, pipe):
 def test_each_branch_trains_on_each_branch_and_records_it(tmp_path, cache, pipe):
     """apply_to='each_branch': the conditional velocity (never the guided one), the empty prompt
     and no category prior for the dropped samples, and the adapter's config says so."""
-    from visionmoe.video.data import LatentCache, collate, encode_captions
     from visionmoe.video.train import stage_losses
 
     cache_dir, _ = cache
-    ds = LatentCache(cache_dir)
-    batch = collate([ds[0], ds[1]], 32)
-    adapter = PILAAdapter(latent_channels=16, text_dim=int(batch["text"].shape[-1]), hidden_dim=16, slot_dim=4,
-                          expert_hidden=16)
-    e = encode_captions(pipe, [""], 32)[0]
-    uncond = torch.cat([e, e.new_zeros(32 - e.shape[0], e.shape[1])])[None]
+    batch, adapter, uncond = _two_clips_small_adapter_and_empty_prompt(cache_dir, pipe)
     seen = []
 
     def fn(x_t, v, sigma, **kw):

@@ -411,6 +411,14 @@ def category_loss(mass: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return -(q * torch.log(m.clamp_min(1e-6))).sum(-1).mean()
 
 
+def empty_prompt_embedding(pipe, max_sequence_length: int) -> torch.Tensor:
+    """The empty prompt's text embedding [1, L, D], zero-padded to L tokens as WanPipeline pads it."""
+    from .data import encode_captions
+
+    e = encode_captions(pipe, [""], max_sequence_length)[0]
+    return torch.cat([e, e.new_zeros(max_sequence_length - e.shape[0], e.shape[1])])[None]
+
+
 def rollout(adapter_fn, adapter, pipe, x0, eps, sigma, text, uncond, mask, cfg: TrainConfig) -> torch.Tensor:
     """The state at ``sigma`` that ``cfg.rollout_steps`` guided Euler steps of backbone + adapter
     reach from ``x0`` noised ``rollout_steps`` inference steps higher (see the module doc)."""
@@ -609,10 +617,7 @@ def train(cfg: TrainConfig, *, progress: bool = False, log_callback: Optional[Ca
         if getattr(pipe, "text_encoder", None) is None:
             raise ValueError("guided training (rollouts, flow_guidance or each_branch's empty prompts) needs the "
                              "pipeline's text encoder (for the empty prompt)")
-        from .data import encode_captions
-
-        e = encode_captions(pipe, [""], cfg.max_sequence_length)[0]
-        uncond = torch.cat([e, e.new_zeros(cfg.max_sequence_length - e.shape[0], e.shape[1])])[None].to(device)
+        uncond = empty_prompt_embedding(pipe, cfg.max_sequence_length).to(device)
     if device.type != "cpu":
         for m in encoders:
             m.to("cpu")
