@@ -153,6 +153,8 @@ def main() -> int:
     ap.add_argument("--node-dir", default=str(REPO / "out" / "node"))
     ap.add_argument("--frame", choices=("scene", "world"), default="scene",
                     help="PGMS's frame (compress(frame=)): the scene's own axes (default) or the world's")
+    ap.add_argument("--view-size", type=int, default=None,
+                    help="PGMS's contribution view size in pixels (compress(view_size=); default: the encoder's)")
     ap.add_argument("--no-peers", action="store_true")
     ap.add_argument("--at-peer-size", action="store_true",
                     help="also compress PGMS at each peer's file size (compress(size=peer bytes)) and tabulate "
@@ -162,6 +164,10 @@ def main() -> int:
                          "else OUT/rd.png)")
     args = ap.parse_args()
     out = Path(args.out)
+    if args.view_size is not None and args.view_size < 1:
+        print(f"error: --view-size must be a positive number of pixels, got {args.view_size}", file=sys.stderr)
+        return 2
+    encoder_kw = {} if args.view_size is None else {"view_size": args.view_size}
     if args.plot_table:
         rows = rows_from_markdown(Path(args.plot_table).read_text())
         if not rows:
@@ -206,7 +212,7 @@ def main() -> int:
 
         for r in targets:
             t = time.perf_counter()
-            res = compress(scene, ratio=r, frame=args.frame)
+            res = compress(scene, ratio=r, frame=args.frame, **encoder_kw)
             enc = time.perf_counter() - t
             t = time.perf_counter()
             dec = decompress(res.data)
@@ -229,7 +235,7 @@ def main() -> int:
             t = time.perf_counter()
             up = torch.tensor([0.0, -1.0, 0.0], dtype=torch.float64)
             res = compress(moved, ratio=args.invariance_target, up=up if tr is None else tr.rotation @ up,
-                           frame=args.frame)
+                           frame=args.frame, **encoder_kw)
             enc = time.perf_counter() - t
             mref = render_all(moved, mcams)
             p = float(psnr(render_all(decompress(res.data), mcams), mref))
@@ -260,7 +266,7 @@ def main() -> int:
                         print(f"  {method}: skipped ({exc})")
             for peer in [r for r in rows if r["scene"] == name and r["method"] in PEERS] if args.at_peer_size else []:
                 t = time.perf_counter()
-                res = compress(scene, size=peer["bytes"], frame=args.frame)
+                res = compress(scene, size=peer["bytes"], frame=args.frame, **encoder_kw)
                 enc = time.perf_counter() - t
                 t = time.perf_counter()
                 dec = decompress(res.data)
