@@ -3,10 +3,13 @@
 guidance computes with a VAE decode and a backward pass at every step, predicted by a forward
 pass of an adapter instead.
 
-    python scripts/distill_trajectory_guidance.py record --work out/distill --num 512 --seed-base 300000
-    python scripts/distill_trajectory_guidance.py train  --work out/distill --arm pila --steps 2400
-    (``train`` pools every recording under ``--work``)
-    python scripts/distill_trajectory_guidance.py eval --work out/distill --num 96 --seed-sets 410000 450000
+    python scripts/distill_trajectory_guidance.py record --work out/distill/rec_300000 --num 256 --seed-base 300000
+    python scripts/distill_trajectory_guidance.py record --work out/distill/rec_310000 --num 256 --seed-base 310000
+    python scripts/distill_trajectory_guidance.py train  --work out/distill --arm pila --steps 4000 --batch 8
+    python scripts/distill_trajectory_guidance.py train  --work out/distill --arm plain --steps 4000 --batch 8
+    python scripts/distill_trajectory_guidance.py eval   --work out/distill --num 96 --seed-sets 410000
+
+(``train`` pools every recording under ``--work``; these are the model card's runs.)
 
 ``record`` samples the toy world with guidance attached (strength 0.05 above sigma 0.4, as
 shipped) and keeps, for every conditional transformer call, the latents, the conditional
