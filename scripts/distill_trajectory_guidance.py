@@ -34,6 +34,9 @@ import torch
 ARMS = {
     "pila": {"hidden_dim": 64, "slot_dim": 16, "expert_hidden": 64},
     "plain": {"structure": "plain", "hidden_dim": 96, "plain_blocks": 4},
+    # the adapter's default width (PILAAdapter's own defaults) and a plain one of about its size
+    "pila_large": {"hidden_dim": 256, "slot_dim": 32, "expert_hidden": 256},
+    "plain_large": {"structure": "plain", "hidden_dim": 300, "plain_blocks": 4},
 }
 
 

@@ -1,6 +1,7 @@
 """scripts/distill_trajectory_guidance.py: the recorder samples exactly as trajectory guidance
 does and keeps its corrections; an adapter trains on them and loads into the pipeline."""
 
+import argparse
 import importlib.util
 from pathlib import Path
 
@@ -18,19 +19,27 @@ def load_script():
     return mod
 
 
-def test_recorder_samples_as_guidance_and_keeps_its_corrections(tmp_path):
+@pytest.fixture
+def keep_threads():
+    n = torch.get_num_threads()  # the script sets its own thread count
+    yield
+    torch.set_num_threads(n)
+
+
+def test_recorder_samples_as_guidance_and_keeps_its_corrections(tmp_path, keep_threads):
     from visionmoe.video.evaluation import generate_clips, toy_world_items
     from visionmoe.video.toy_world import load_toy_world
     from visionmoe.video.trajectory_guidance import attach_trajectory_guidance
 
     mod = load_script()
     torch.manual_seed(0)
-    args = mod.main.__globals__["argparse"].Namespace(work=str(tmp_path / "rec"), num=2, seed_base=123, strength=0.05,
-                                                      min_sigma=0.4, sample_steps=8, threads=1)
+    args = argparse.Namespace(work=str(tmp_path / "rec"), num=2, seed_base=123, strength=0.05, min_sigma=0.4,
+                              sample_steps=8, threads=1)
     clips = mod.record(args)
     pipe = load_toy_world()
     attach_trajectory_guidance(pipe, 0.05, 0.4)
     ref = generate_clips(pipe, toy_world_items(2, 123), steps=8, guidance=3.0, batch=8)
+    assert len(clips) == len(ref) == 2
     assert all(np.array_equal(a, b) for a, b in zip(clips, ref))  # the recorder is the guidance
     d = torch.load(tmp_path / "rec" / "tg_corrections.pt")
     assert d["x_t"].shape[0] == 2 * 8 and d["clip"].tolist() == [0, 1] * 8
@@ -40,8 +49,7 @@ def test_recorder_samples_as_guidance_and_keeps_its_corrections(tmp_path):
     assert bool((norms[above] > 0).all()) and bool((norms[~above] == 0).all())
     assert d["text"].shape[0] == 2 and d["mask"].shape[0] == 2
 
-    train = mod.main.__globals__["argparse"].Namespace(work=str(tmp_path / "rec"), arm="plain", steps=3, batch=2, lr=1e-3,
-                                                       threads=1)
+    train = argparse.Namespace(work=str(tmp_path / "rec"), arm="plain", steps=3, batch=2, lr=1e-3, threads=1)
     mod.train(train)
     from visionmoe.video.pipeline import load_adapter
 
