@@ -7,7 +7,13 @@ pass of an adapter instead.
     python scripts/distill_trajectory_guidance.py record --work out/distill/rec_310000 --num 256 --seed-base 310000
     python scripts/distill_trajectory_guidance.py train  --work out/distill --arm pila --steps 4000 --batch 8
     python scripts/distill_trajectory_guidance.py train  --work out/distill --arm plain --steps 4000 --batch 8
-    python scripts/distill_trajectory_guidance.py eval   --work out/distill --num 96 --seed-sets 410000
+    python scripts/distill_trajectory_guidance.py train  --work out/distill --arm pila_large --steps 4000 --batch 8
+    python scripts/distill_trajectory_guidance.py train  --work out/distill --arm plain_large --steps 4000 --batch 8
+    python scripts/distill_trajectory_guidance.py eval   --work out/distill --num 96 --seed-sets 410000 --out out/distill/eval_410000
+    python scripts/distill_trajectory_guidance.py eval   --work out/distill --num 96 --seed-sets 450000 --out out/distill/eval_450000
+    python scripts/ablate_pila.py merge --results out/distill/eval_410000/results.json out/distill/eval_450000/results.json --out out/distill/merged
+    python scripts/distill_trajectory_guidance.py eval   --work out/distill --arms pila_large_tgd plain_large_tgd --strength 0 \
+        --num 96 --seed-sets 410000 450000 --out out/distill/eval_large
 
 (``train`` pools every recording under ``--work``; these are the model card's runs.)
 
