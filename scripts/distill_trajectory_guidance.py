@@ -195,11 +195,7 @@ def evaluate(a):
     t0 = time.time()
     ev = E.evaluate_toy_world(arms, num=a.num, seed_sets=a.seed_sets, control=False,
                               progress=lambda n, d, t: print(f"{n}: {d}/{t} ({time.time() - t0:.0f} s)", flush=True))
-    os.makedirs(a.out, exist_ok=True)
-    with open(os.path.join(a.out, "table.md"), "w") as fh:
-        fh.write(ev.markdown() + "\n")
-    with open(os.path.join(a.out, "results.json"), "w") as fh:
-        json.dump(ev.to_json(), fh, default=float)
+    ev.save(a.out)
     print(ev.markdown())
 
 

@@ -1,7 +1,9 @@
 """Shared test set-up: offline hub, seeded RNGs, CUDA skip marker, device/dtype grids."""
 
+import importlib.util
 import os
 import random
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -38,3 +40,17 @@ def _seed():
 @pytest.fixture(params=DEVICES)
 def device(request):
     return torch.device(request.param)
+
+
+@pytest.fixture
+def load_script():
+    """``load_script("name")``: the module of ``scripts/name.py`` (scripts are not a package)."""
+
+    def load(name: str):
+        path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+
+    return load

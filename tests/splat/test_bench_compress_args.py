@@ -1,22 +1,11 @@
 """scripts/bench_compress.py: the encoder's view size reaches compress(), and a bad one is a
 one-line error before anything is written."""
 
-import importlib.util
 import sys
-from pathlib import Path
 
 import torch
 
 from visionmoe.splat.io import GaussianScene, write_ply
-
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_compress.py"
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("bench_compress", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def small_scene(n=300):
@@ -27,8 +16,8 @@ def small_scene(n=300):
                          sh_rest=torch.zeros(n, 0, 3))
 
 
-def test_a_bad_view_size_is_a_one_line_error_and_writes_nothing(tmp_path, monkeypatch, capsys):
-    mod = load_script()
+def test_a_bad_view_size_is_a_one_line_error_and_writes_nothing(tmp_path, monkeypatch, capsys, load_script):
+    mod = load_script("bench_compress")
     out = tmp_path / "bench"
     monkeypatch.setattr(sys, "argv", ["bench_compress.py", "--no-peers", "--view-size", "0", "--out", str(out)])
     assert mod.main() == 2
@@ -37,8 +26,8 @@ def test_a_bad_view_size_is_a_one_line_error_and_writes_nothing(tmp_path, monkey
     assert not out.exists()
 
 
-def test_the_view_size_reaches_the_encoder(tmp_path, monkeypatch):
-    mod = load_script()
+def test_the_view_size_reaches_the_encoder(tmp_path, monkeypatch, load_script):
+    mod = load_script("bench_compress")
     ply = tmp_path / "small.ply"
     write_ply(small_scene(), ply)
     seen = []

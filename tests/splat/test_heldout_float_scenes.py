@@ -1,22 +1,10 @@
 """scripts/make_float_scenes.py: a fresh float 3DGS fitted to renders of a scene (smoke test at
 toy size: the count asked for, values on no grid, the fit improves, the file reads back)."""
 
-import importlib.util
-from pathlib import Path
-
 import torch
 
 from visionmoe.splat.evaluation import heldout_cameras, render_views, score_views
 from visionmoe.splat.io import GaussianScene, read_ply, write_ply
-
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "make_float_scenes.py"
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("make_float_scenes", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def source_scene(n=400):
@@ -30,8 +18,8 @@ def source_scene(n=400):
                          sh_dc=q(torch.randn(n, 3, generator=g) * 0.7, 0.05), sh_rest=torch.zeros(n, 0, 3))
 
 
-def test_fit_makes_a_float_scene_of_the_asked_count(tmp_path):
-    mod = load_script()
+def test_fit_makes_a_float_scene_of_the_asked_count(tmp_path, load_script):
+    mod = load_script("make_float_scenes")
     src = source_scene()
     fitted = mod.fit(src, gaussians=250, steps=40, size=32, views_per_step=2, sh_degree=1, seed=0, log_every=0)
     assert fitted.num_gaussians == 250 and fitted.sh_degree == 1
@@ -53,10 +41,10 @@ def test_fit_makes_a_float_scene_of_the_asked_count(tmp_path):
     assert torch.equal(again.means, init.means)
 
 
-def test_training_views_stay_in_the_asked_band():
+def test_training_views_stay_in_the_asked_band(load_script):
     from visionmoe.splat.cameras import scene_frame
 
-    mod = load_script()
+    mod = load_script("make_float_scenes")
     frame = scene_frame(source_scene())
     cams = mod.random_cameras(frame, 200, 16, torch.Generator().manual_seed(0), elevations=(-30.0, 60.0))
     off = cams.centers.double() - frame.centre

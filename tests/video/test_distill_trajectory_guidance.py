@@ -2,21 +2,10 @@
 does and keeps its corrections; an adapter trains on them and loads into the pipeline."""
 
 import argparse
-import importlib.util
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "distill_trajectory_guidance.py"
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("distill_trajectory_guidance", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.fixture
@@ -26,12 +15,12 @@ def keep_threads():
     torch.set_num_threads(n)
 
 
-def test_recorder_samples_as_guidance_and_keeps_its_corrections(tmp_path, keep_threads):
+def test_recorder_samples_as_guidance_and_keeps_its_corrections(tmp_path, keep_threads, load_script):
     from visionmoe.video.evaluation import generate_clips, toy_world_items
     from visionmoe.video.toy_world import load_toy_world
     from visionmoe.video.trajectory_guidance import attach_trajectory_guidance
 
-    mod = load_script()
+    mod = load_script("distill_trajectory_guidance")
     torch.manual_seed(0)
     args = argparse.Namespace(work=str(tmp_path / "rec"), num=2, seed_base=123, strength=0.05, min_sigma=0.4,
                               sample_steps=8, threads=1)
@@ -57,8 +46,8 @@ def test_recorder_samples_as_guidance_and_keeps_its_corrections(tmp_path, keep_t
     assert ad.config.apply_to == "guided"
 
 
-def test_bad_arguments_are_one_line_errors(tmp_path, capsys):
-    mod = load_script()
+def test_bad_arguments_are_one_line_errors(tmp_path, capsys, load_script):
+    mod = load_script("distill_trajectory_guidance")
     with pytest.raises(SystemExit) as e:
         mod.main(["record", "--num", "0", "--work", str(tmp_path / "x")])
     assert e.value.code == 2 and "--num must be >= 1" in capsys.readouterr().err

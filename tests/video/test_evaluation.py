@@ -156,3 +156,15 @@ def test_trajectory_distance_compares_whole_tracks(control_rows):
     assert E.trajectory_distance(control_rows["hide"], rows).mean > 0.01
     with pytest.raises(ValueError, match="older evaluation"):
         E.trajectory_distance([{k: v for k, v in rows[0].items() if k != "track"}], rows)
+
+
+def test_save_writes_the_table_and_the_results_merge_reads(control_rows, tmp_path):
+    import json
+
+    rows = {"base": control_rows["orig"], "fade": control_rows["fade"]}
+    ev = E.ToyWorldEvaluation(dict(num=10, seed_sets=[0], steps=20, guidance=3.0, min_tracked=0.8),
+                              [("p", "red", "fall", i) for i in range(10)], rows, E.summarize(rows, "base", None))
+    ev.save(str(tmp_path / "out"))
+    assert (tmp_path / "out" / "table.md").read_text() == ev.markdown() + "\n"
+    back = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert sorted(back["per_clip"]) == ["base", "fade"] and len(back["per_clip"]["fade"]) == 10

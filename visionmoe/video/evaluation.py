@@ -441,6 +441,18 @@ class ToyWorldEvaluation:
                 "per_clip": {k: [{kk: (vv.item() if isinstance(vv, np.generic) else vv) for kk, vv in r.items()}
                                  for r in rows] for k, rows in self.per_clip.items()}}
 
+    def save(self, out_dir: str) -> None:
+        """Write ``table.md`` (:meth:`markdown`) and ``results.json`` (:meth:`to_json`, which
+        ``ablate_pila.py merge`` pools across seed sets) into ``out_dir``."""
+        import json
+        import os
+
+        os.makedirs(out_dir, exist_ok=True)
+        with open(os.path.join(out_dir, "table.md"), "w") as fh:
+            fh.write(self.markdown() + "\n")
+        with open(os.path.join(out_dir, "results.json"), "w") as fh:
+            json.dump(self.to_json(), fh, default=float)
+
 
 def toy_world_items(num: int, seed_base: int) -> List[Tuple[str, str, str, int]]:
     """(prompt, colour, motion, noise seed): prompts cycle through the 6 colours x {bounce, fall}."""
