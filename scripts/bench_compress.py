@@ -337,14 +337,16 @@ def rows_from_markdown(text: str) -> list[dict]:
     import re
 
     num = r"\s*([\d.,]+)x?\s*"
-    pat = re.compile(r"^\|\s*(\S+)\s*\|\s*(PGMS [\d.]+x|SPZ|compressed\.ply|SOG(?: \(SH0\))?)\s*\|" + (num + "\\|") * 5)
+    # "seen" may be "-" (a row re-measured on held-out views only)
+    pat = re.compile(r"^\|\s*(\S+)\s*\|\s*(PGMS [\d.]+x|SPZ|compressed\.ply|SOG(?: \(SH0\))?)\s*\|" + (num + "\\|") * 4
+                     + r"\s*([\d.,]+|-)\s*\|")
     rows = []
     for line in text.splitlines():
         m = pat.match(line)
         if m:
             scene, method, nbytes, ratio, p, s, po = m.groups()
             rows.append({"scene": scene, "method": method, "bytes": int(nbytes.replace(",", "")), "ratio": float(ratio),
-                         "psnr": float(p), "ssim": float(s), "psnr_seen": float(po)})
+                         "psnr": float(p), "ssim": float(s), "psnr_seen": float("nan") if po == "-" else float(po)})
     return rows
 
 

@@ -90,3 +90,28 @@ def test_held_out_views_are_disjoint_from_the_coverage_views_too():
 def test_bad_coverage_view_counts_are_refused(bad):
     with pytest.raises(ValueError, match="coverage_views"):
         compress(box_open_below(), coverage_views=bad)
+
+
+def test_the_pruning_search_judges_on_the_coverage_views_too(monkeypatch):
+    from visionmoe.splat.encoder import refine
+    from visionmoe.splat.encoder.views import References
+
+    scene = box_open_below()
+    checks, jobs = [], []
+    error_on = References.error_on
+
+    def spy(self, idx):
+        checks.append(list(idx))
+        return error_on(self, idx)
+
+    monkeypatch.setattr(References, "error_on", spy)
+    monkeypatch.setattr(refine, "refine_checked", lambda tree, base, job, refs, prog: jobs.append(job) or base)
+    compress(scene, ratio=4, num_views=8, view_size=32, refine_steps=2)
+    rings = len(default_cameras(scene, num_views=8, size=32))
+    rung_check, pruning_search = checks[0], checks[1]
+    assert max(rung_check) < rings  # the rung check keeps to the orbit rings
+    assert max(pruning_search) >= rings  # coverage views follow the rings
+    assert len(jobs) == 1 and len(jobs[0].cameras) == rings  # so does the refinement
+    checks.clear()
+    compress(scene, ratio=4, num_views=8, view_size=32, refine_steps=2, coverage_views=0)
+    assert max(checks[1]) < rings

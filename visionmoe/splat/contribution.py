@@ -53,7 +53,8 @@ def coverage_views(scene: GaussianScene, *, num_views: int = 16, size: int = 256
     """Views from every direction (a Fibonacci lattice over the whole sphere about ``up``, no
     seed), alternately at the orbit distance and half of it: what a viewer may see that the
     default rings do not. They weigh into the contributions (so pruning and the allocator's
-    weights count them); the render checks and the refinement keep to the rings."""
+    weights count them) and into the pruning search's views; the rung check and the refinement
+    keep to the rings."""
     from .cameras import frame_cameras, scene_frame, sphere_directions
 
     frame = scene_frame(scene, up=up)

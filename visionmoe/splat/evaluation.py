@@ -112,9 +112,10 @@ def encoder_cameras(scene: GaussianScene, cameras: Cameras | None = None, *, num
                     view_size: int = 256, up="-y", coverage_views: int = 16, frame: str = "scene") -> Cameras:
     """The poses the encoder renders for ``compress(scene, cameras=cameras, num_views=...,
     view_size=..., up=..., coverage_views=..., frame=...)``: ``cameras`` when given, else its default
-    orbit views followed by its coverage views (``contribution.coverage_views``). Its refinement
-    and verification views are the orbit poses (at other pixel sizes), so a check against these
-    covers every view the encoder saw (``coverage_views=0``: the orbit poses alone)."""
+    orbit views followed by its coverage views (``contribution.coverage_views``). Its checks,
+    pruning search and refinement render some of these poses (the refinement at other pixel
+    sizes), so a check against them covers every view the encoder saw (``coverage_views=0``: the
+    orbit poses alone)."""
     if cameras is not None:
         return cameras
     from .cameras import transform_cameras

@@ -102,8 +102,8 @@ def _add_target(p) -> None:
     p.add_argument("--view-size", type=positive_int, default=256, help="contribution view size in pixels (default 256)")
     p.add_argument("--coverage-views", type=nonnegative_int, default=16,
                    help="without --cameras: views from every direction (orbit distance and half of it) that also "
-                        "count in the contributions, so nothing seen from below or close up is pruned (default 16, "
-                        "0: off)")
+                        "count in the contributions and the pruning search, so nothing seen from below or close up "
+                        "is pruned (default 16, 0: off)")
     p.add_argument("--cameras", help="INRIA cameras.json to use instead of orbit views")
     p.add_argument("--up", type=_up, default="-y",
                    help="the scene's up direction for the orbit views: +x,-x,+y,-y,+z,-z or x,y,z (default -y, "
