@@ -533,6 +533,44 @@ def test_refinement_quantiser_reproduces_the_decoder(asset):
     assert float((got["quats"] * q_own).sum(1).abs().min()) > 0.5
 
 
+def test_refined_cut_is_coded_as_fitted_within_the_target(asset, monkeypatch):
+    """The refinement fits the cut's primitives as the codec decodes them; its re-encoding keeps
+    that cut whenever the file fits the encode's target (the decoded file is what the refinement
+    rendered), and drops splits only where the refined file would exceed the target."""
+    import visionmoe.splat.update as update
+    from visionmoe.splat.encoder.refine import cut_primitives, refine_and_encode, terminal_quantizer
+    from visionmoe.splat.encoder.rungs import allocate_and_encode
+    from visionmoe.splat.encoder.stages import Progress, StageTimes
+    from visionmoe.splat.encoder.tree import build_tree
+
+    scene, _, contrib = asset
+    cams = default_cameras(scene, num_views=2, size=64)
+    kept, w = prune(scene, contrib)
+    ref = reference_ply_bytes(scene.num_gaussians, scene.sh_degree)
+
+    def refined_and_encoded(target):
+        tree = build_tree(kept, w, scene.sh_degree, scene.num_gaussians, ref)
+        enc = allocate_and_encode(tree, ref // 20, pin=(6, 5), seed=0, prog=Progress(False), times=StageTimes()).encoding
+        terms, _ = cut_primitives(tree.pyramid, enc)
+        as_decoded = terminal_quantizer(tree, enc, terms)
+        fitted = []
+        monkeypatch.setattr(update, "refine", lambda prim, dense, c, **kw: fitted.append(real_refine(prim, dense, c, **kw))
+                            or fitted[-1])
+        out = refine_and_encode(tree, scene, enc, cams, 3, target(enc), Progress(False))
+        return enc, out, as_decoded(fitted[-1])
+
+    real_refine = update.refine
+    enc, out, shown = refined_and_encoded(lambda enc: 2 * enc.nbytes)
+    assert out.k == enc.k and out.nbytes <= 2 * enc.nbytes
+    dec = decompress(out.data)
+    a, b = np.lexsort(shown["means"].numpy().T[::-1]), np.lexsort(dec.means.numpy().T[::-1])
+    torch.testing.assert_close(shown["means"][a], dec.means[b], rtol=0, atol=1e-6)
+    torch.testing.assert_close(shown["sh_dc"][a], dec.sh_dc[b], rtol=0, atol=1e-6)
+
+    enc, out, _ = refined_and_encoded(lambda enc: int(0.9 * enc.nbytes))
+    assert out.k < enc.k and out.nbytes <= int(0.9 * enc.nbytes)
+
+
 def test_memoised_quantisation_matches_fresh_across_rungs():
     """The allocator's memo (nearest-prototype searches, parent-frame relabelling) never hands a
     rung another rung's results: each rung quantised through one shared memo, in an order that

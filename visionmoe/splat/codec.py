@@ -287,7 +287,7 @@ def _encode(scene: GaussianScene, opts: EncodeOptions, prog: Progress) -> Compre
         found = search_psnr(scene, opts.psnr, cameras, opts.device, ref_bytes,
                             lambda t: _allocate(inp, tree, t).encoding, prog)
         enc, target = found.encoding, found.target_bytes
-    tree, enc = _refine(inp, tree, enc)
+    tree, enc = _refine(inp, tree, enc, target)
     times.set("total", time.perf_counter() - t0)
     target_note = _warn_target(opts, enc, target)
     pixels = float(_num_pixels(cameras)) if cameras is not None else None
@@ -344,8 +344,9 @@ def _encode_at_target(inp: _Inputs, tree: Tree, target: int) -> tuple[Tree, Enco
     return best.tree, best.encoding
 
 
-def _refine(inp: _Inputs, tree: Tree, enc: Encoding) -> tuple[Tree, Encoding]:
-    """Stage 5: the refinement (auto: where it pays and stays affordable)."""
+def _refine(inp: _Inputs, tree: Tree, enc: Encoding, target: int) -> tuple[Tree, Encoding]:
+    """Stage 5: the refinement (auto: where it pays and stays affordable), re-encoded within the
+    encode's ``target`` bytes."""
     opts, steps = inp.opts, inp.opts.refine_steps
     if steps is None:
         auto = opts.psnr is None and inp.cameras is not None and sum(enc.terminal) <= refine.AUTO_REFINE_MAX_PRIMITIVES
@@ -353,7 +354,8 @@ def _refine(inp: _Inputs, tree: Tree, enc: Encoding) -> tuple[Tree, Encoding]:
     if not steps or inp.cameras is None:
         return tree, enc
     job = refine.RefineJob(inp.scene, inp.cameras, steps, opts.device,
-                           skip_above_db=refine.AUTO_REFINE_BELOW_DB if opts.refine_steps is None else None)
+                           skip_above_db=refine.AUTO_REFINE_BELOW_DB if opts.refine_steps is None else None,
+                           target_bytes=target)
     with inp.times.stage("refine", lambda: f"{'kept' if out is not enc else 'not kept'}, {out.nbytes} bytes"):
         out = refine.refine_checked(tree, enc, job, inp.refs, inp.prog)
     return tree, out

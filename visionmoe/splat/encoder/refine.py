@@ -17,7 +17,7 @@ from ..decode import decode_coded
 from ..io import GaussianScene
 from ..pyramid import Pyramid
 from ..quantize import quantize_level
-from .cut import Encoding, coded_masks, split_masks, tune_cut
+from .cut import CutTuner, Encoding, coded_masks, split_masks
 from .quantized import quantize_tree
 from .tree import Tree
 from .views import SEARCH_VIEWS, References, view_indices
@@ -79,14 +79,16 @@ def refinement_views(cameras):
 @dataclass(frozen=True)
 class RefineJob:
     """The refinement's inputs besides the base encoding: the original scene, the contribution
-    cameras, Adam steps, the render device, and ``skip_above_db`` (auto: no refinement of a cut
-    that already renders above it)."""
+    cameras, Adam steps, the render device, ``skip_above_db`` (auto: no refinement of a cut
+    that already renders above it) and ``target_bytes``, the encode's byte budget (None: the
+    base encoding's size)."""
 
     scene: GaussianScene
     cameras: object
     steps: int
     device: object
     skip_above_db: float | None = None
+    target_bytes: int | None = None
 
 
 def refine_checked(tree: Tree, base: Encoding, job: RefineJob, refs: References, prog) -> Encoding:
@@ -114,7 +116,8 @@ def refine_checked(tree: Tree, base: Encoding, job: RefineJob, refs: References,
         logger.info("refinement skipped: %.1f dB on the contribution views already", -10 * math.log10(max(before, 1e-30)))
         return base
     goal = (1 - _REFINE_MIN_GAIN) * before
-    refined = refine_and_encode(tree, job.scene, base, rcams, job.steps, base.nbytes, prog,
+    target = base.nbytes if job.target_bytes is None else max(job.target_bytes, base.nbytes)
+    refined = refine_and_encode(tree, job.scene, base, rcams, job.steps, target, prog,
                                 check=lambda blob: error(blob) < goal, views_per_step=per_step, device=job.device)
     if refined is None:
         logger.info("refinement stopped after %d of %d steps: it rendered less than %d%% closer", _REFINE_CHECK_AT,
@@ -141,8 +144,11 @@ def cut_primitives(pyr: Pyramid, enc: Encoding) -> tuple[list[torch.Tensor], Gau
 def refine_and_encode(tree: Tree, dense: GaussianScene, base: Encoding, cameras, steps: int, target: int, prog,
                       check=None, views_per_step: int = 16, device="cpu") -> Encoding | None:
     """Optional compositing-aware refinement: a few render-vs-dense-render steps on the chosen
-    cut's primitives (continuous parameters), written back into the pyramid, then re-encoded.
-    The renders and the optimiser run on ``device``; the pyramid and the codec stay on the CPU.
+    cut's primitives (continuous parameters), written back into the pyramid, then re-encoded:
+    the same cut where it fits in ``target`` bytes, else the cut tuned down to fit (dropping
+    splits replaces refined primitives by their unrefined parents: the refinement is fitted
+    to this cut). The renders and the optimiser run on ``device``; the pyramid and the codec
+    stay on the CPU.
     ``check(encoded bytes) -> bool`` judges the encoding after ``_REFINE_CHECK_AT`` steps; False
     stops there and returns None (the pyramid then holds that partial refinement)."""
     from ..update import refine
@@ -158,7 +164,10 @@ def refine_and_encode(tree: Tree, dense: GaussianScene, base: Encoding, cameras,
                 dst[idx] = getattr(refined, n)[start: start + len(idx)].to(device=dst.device, dtype=dst.dtype)
             start += len(idx)
         quantize_tree(pyr, rung, meta)
-        return tune_cut(pyr, rung, k, meta, target)
+        tuner = CutTuner(pyr, rung, meta, target)
+        if tuner.full_size(k) <= target:
+            return tuner.full[k]
+        return tuner.full[tuner.finish(k)[0]]
 
     refined = refine(prim.to(device), dense.to(device), cameras, steps=steps, views_per_step=views_per_step,
                      lr_final=_REFINE_LR_FINAL, progress=lambda i, n: prog("refine", i, n),
