@@ -554,8 +554,12 @@ def test_refined_cut_is_coded_as_fitted_within_the_target(asset, monkeypatch):
         terms, _ = cut_primitives(tree.pyramid, enc)
         as_decoded = terminal_quantizer(tree, enc, terms)
         fitted = []
-        monkeypatch.setattr(update, "refine", lambda prim, dense, c, **kw: fitted.append(real_refine(prim, dense, c, **kw))
-                            or fitted[-1])
+
+        def recorded(prim, dense, cameras, **kw):  # the refinement's result, kept for the check
+            fitted.append(real_refine(prim, dense, cameras, **kw))
+            return fitted[-1]
+
+        monkeypatch.setattr(update, "refine", recorded)
         out = refine_and_encode(tree, scene, enc, cams, 3, target(enc), Progress(False))
         return enc, out, as_decoded(fitted[-1])
 

@@ -167,7 +167,10 @@ def refine_and_encode(tree: Tree, dense: GaussianScene, base: Encoding, cameras,
         tuner = CutTuner(pyr, rung, meta, target)
         if tuner.full_size(k) <= target:
             return tuner.full[k]
-        return tuner.full[tuner.finish(k)[0]]
+        kk = tuner.finish(k)[0]
+        logger.info("the refined cut takes %d bytes, over the target's %d: %d of its %d splits kept", tuner.full_size(k),
+                    target, kk, k)
+        return tuner.full[kk]
 
     refined = refine(prim.to(device), dense.to(device), cameras, steps=steps, views_per_step=views_per_step,
                      lr_final=_REFINE_LR_FINAL, progress=lambda i, n: prog("refine", i, n),
