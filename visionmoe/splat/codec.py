@@ -353,9 +353,8 @@ def _refine(inp: _Inputs, tree: Tree, enc: Encoding, target: int) -> tuple[Tree,
         steps = refine.AUTO_REFINE_STEPS if auto else 0
     if not steps or inp.cameras is None:
         return tree, enc
-    job = refine.RefineJob(inp.scene, inp.cameras, steps, opts.device,
-                           skip_above_db=refine.AUTO_REFINE_BELOW_DB if opts.refine_steps is None else None,
-                           target_bytes=target)
+    job = refine.RefineJob(inp.scene, inp.cameras, steps, opts.device, target,
+                           skip_above_db=refine.AUTO_REFINE_BELOW_DB if opts.refine_steps is None else None)
     with inp.times.stage("refine", lambda: f"{'kept' if out is not enc else 'not kept'}, {out.nbytes} bytes"):
         out = refine.refine_checked(tree, enc, job, inp.refs, inp.prog)
     return tree, out

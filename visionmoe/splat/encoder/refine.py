@@ -79,16 +79,15 @@ def refinement_views(cameras):
 @dataclass(frozen=True)
 class RefineJob:
     """The refinement's inputs besides the base encoding: the original scene, the contribution
-    cameras, Adam steps, the render device, ``skip_above_db`` (auto: no refinement of a cut
-    that already renders above it) and ``target_bytes``, the encode's byte budget (None: the
-    base encoding's size)."""
+    cameras, Adam steps, the render device, ``target_bytes`` (the encode's byte budget) and
+    ``skip_above_db`` (auto: no refinement of a cut that already renders above it)."""
 
     scene: GaussianScene
     cameras: object
     steps: int
     device: object
+    target_bytes: int
     skip_above_db: float | None = None
-    target_bytes: int | None = None
 
 
 def refine_checked(tree: Tree, base: Encoding, job: RefineJob, refs: References, prog) -> Encoding:
@@ -116,7 +115,7 @@ def refine_checked(tree: Tree, base: Encoding, job: RefineJob, refs: References,
         logger.info("refinement skipped: %.1f dB on the contribution views already", -10 * math.log10(max(before, 1e-30)))
         return base
     goal = (1 - _REFINE_MIN_GAIN) * before
-    target = base.nbytes if job.target_bytes is None else max(job.target_bytes, base.nbytes)
+    target = max(job.target_bytes, base.nbytes)  # a base over its target keeps its own size as the bound
     refined = refine_and_encode(tree, job.scene, base, rcams, job.steps, target, prog,
                                 check=lambda blob: error(blob) < goal, views_per_step=per_step, device=job.device)
     if refined is None:
