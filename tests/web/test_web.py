@@ -72,7 +72,9 @@ def test_viewer_streams_levels_and_matches_python_render(fixtures, tmp_path):
     data = (fixtures / "fruit_drops_minimal_20x.pgms").read_bytes()
     ends = level_offsets(data)
     assert len(ends) >= 2
-    pause = 1.5
+    # the server holds each level's end this long: the coarse screenshot must land inside it (1.5 s
+    # was missed once with four CPU-bound processes on two cores)
+    pause = 3.0
     cam = default_camera(data)  # the finest level's render camera
     with serve(data, throttle=[(e, pause) for e in ends[:-1]]) as srv:
         res = subprocess.run([NODE, str(WEB / "tools" / "progress.mjs"), "--url", srv.page_url(camera=cam, hud=0),
