@@ -3,16 +3,18 @@
 ``visionmoe.video.evaluation.evaluate_toy_world``).
 
     python scripts/eval_toy_world.py [--num 32] [--seed-sets 900000] [--steps 20] [--scale 1.0]
-        [--adapter DIR ...] [--transformer NAME=DIR ...] [--out out/toy_world_eval]
+        [--adapter DIR ...] [--transformer NAME=DIR ...] [--trajectory-guidance S]
+        [--projection LAW[:STRENGTH[:STEPS]] ...] [--out out/toy_world_eval]
 
 Arms: the base model, a scale-0 control (must be bit-identical to the base), every
-``--adapter`` (default: the shipped one) at ``--scale``, every ``--transformer`` (a fine-tuned
-transformer folder), and the simulator's own clips as the reference. Headlines (gravity-fit
-residual, scale-free jerk, distance to the simulator's trajectories) score clips whose
-object is lost as failures at the worst observed value; the failure rate and the guards
-(foreground area, contrast, frames tracked, objects per frame, flicker, captioned colour)
-sit next to them. ``--controls`` also scores faded / shrunk / hidden / frame-dropped /
-frozen copies of the base clips: none may improve a headline. Writes ``table.md`` and
+``--adapter`` (default: the shipped one; ``--no-adapter``: none) at ``--scale``, every
+``--transformer`` (a fine-tuned transformer folder), trajectory guidance, every ``--projection``,
+and the simulator's own clips as the reference. Headlines (gravity-fit residual, scale-free
+jerk, distance to the simulator's trajectories) score clips whose object is lost as failures at
+the worst observed value; the failure rate and the guards (foreground area, contrast, frames
+tracked, objects per frame, flicker, captioned colour) sit next to them. ``--controls`` also
+scores faded / shrunk / hidden / frame-dropped / frozen copies of the base clips: none may
+improve a headline. Writes ``table.md`` and
 ``results.json`` under ``--out``.
 """
 
@@ -59,11 +61,28 @@ def write_media(ev, out: str, rows: int = 4) -> None:
         write_video(os.path.join(out, "pila_0.mp4"), ev.clips[show[1]][0], fps=8)
 
 
+def projection_arm(spec: str) -> E.Arm:
+    """``LAW[:STRENGTH[:STEPS]]`` -> an arm of :mod:`visionmoe.video.trajectory_projection`."""
+    from visionmoe.video.trajectory_projection import LAWS
+
+    parts = spec.split(":")
+    if len(parts) > 3 or parts[0] not in LAWS:
+        raise ValueError(f"expected LAW[:STRENGTH[:STEPS]] with LAW one of {LAWS}")
+    strength = float(parts[1]) if len(parts) > 1 else 1.0
+    steps = int(parts[2]) if len(parts) > 2 else 1
+    if not 0.0 <= strength <= 1.0 or steps < 1:
+        raise ValueError("STRENGTH must lie in [0, 1] and STEPS be >= 1")
+    name = f"trajectory projection ({parts[0]}" + (f", strength {strength:g}" if strength != 1 else "") \
+        + (f", last {steps} steps" if steps != 1 else "") + ")"
+    return E.Arm(name, trajectory_projection=parts[0], projection_strength=strength, projection_steps=steps)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=None, help="toy world folder (default: the shipped one)")
     p.add_argument("--adapter", action="append", default=None, metavar="[NAME=]DIR",
                    help="PILA adapter folder (repeatable; default: the shipped adapter)")
+    p.add_argument("--no-adapter", action="store_true", help="no adapter arm (and no scale-0 control)")
     p.add_argument("--transformer", action="append", default=[], metavar="NAME=DIR",
                    help="a fine-tuned transformer folder as an extra arm (repeatable)")
     p.add_argument("--num", type=int, default=32, help="clips per seed set and arm")
@@ -74,6 +93,10 @@ def main(argv=None):
     p.add_argument("--residual-guidance", type=float, default=0.0)
     p.add_argument("--trajectory-guidance", type=float, default=0.0,
                    help="also score the base model with trajectory-law guidance of this strength (0: no such arm)")
+    p.add_argument("--projection", action="append", default=[], metavar="LAW[:STRENGTH[:STEPS]]",
+                   help="also score the base model with rigid-body trajectory projection (repeatable): LAW gravity "
+                        "or lines (the wrong-law control), STRENGTH in [0, 1] (0: rigid shape only; default 1), "
+                        "STEPS the last denoising steps projected (default 1)")
     p.add_argument("--window", type=float, nargs=2, default=(0.0, 1.0), metavar=("START", "END"))
     p.add_argument("--no-control", action="store_true", help="skip the scale-0 control arm")
     p.add_argument("--controls", action="store_true", help="also score negative controls of the base clips")
@@ -90,7 +113,7 @@ def main(argv=None):
         p.error(f"--device {a.device}: torch sees {torch.cuda.device_count()} CUDA GPU(s); use --device cpu")
     torch.set_num_threads(a.threads)
     arms = []
-    adapters = a.adapter if a.adapter is not None else ([str(toy_world_adapter_path(a.model))]
+    adapters = [] if a.no_adapter else a.adapter if a.adapter is not None else ([str(toy_world_adapter_path(a.model))]
                                                         if toy_world_adapter_path(a.model) else [])
     for spec in adapters:
         name, _, path = spec.rpartition("=")
@@ -102,6 +125,11 @@ def main(argv=None):
         p.error(f"--trajectory-guidance must be >= 0, got {a.trajectory_guidance:g}")
     if a.trajectory_guidance > 0:
         arms.append(E.Arm(f"trajectory guidance {a.trajectory_guidance:g}", trajectory_guidance=a.trajectory_guidance))
+    for spec in a.projection:
+        try:
+            arms.append(projection_arm(spec))
+        except ValueError as e:
+            p.error(f"--projection {spec}: {e}")
     for spec in a.transformer:
         name, _, path = spec.rpartition("=")
         if not os.path.isdir(path):

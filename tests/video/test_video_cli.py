@@ -249,6 +249,36 @@ def test_eval_with_trajectory_guidance_arm(tmp_path, capsys):
     assert "| trajectory guidance 0.05 |" in table and "change of trajectory guidance 0.05 vs base" in table
 
 
+def test_generate_with_trajectory_projection(tmp_path, capsys):
+    out = tmp_path / "v.mp4"
+    assert cli.main(["generate", *SMALL, "--trajectory-projection", "gravity", "-o", str(out)]) == 0
+    assert len(imageio.mimread(out)) == 5
+    assert "trajectory projection: gravity law, last step" in capsys.readouterr().out
+
+
+def test_eval_with_trajectory_projection_arms(tmp_path, capsys):
+    out = tmp_path / "ev"
+    assert cli.main(["eval", "--num", "1", "--steps", "2", "--batch", "1", "--no-control", "--trajectory-projection",
+                     "gravity", "--trajectory-projection", "lines", "-q", "-o", str(out)]) == 0
+    table = (out / "table.md").read_text()
+    assert "| trajectory projection (gravity) |" in table and "| trajectory projection (lines) |" in table
+
+
+def test_eval_script_projection_specs():
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        from eval_toy_world import projection_arm
+    finally:
+        sys.path.remove(str(REPO / "scripts"))
+    arm = projection_arm("gravity:0:2")
+    assert (arm.trajectory_projection, arm.projection_strength, arm.projection_steps) == ("gravity", 0.0, 2)
+    assert arm.name == "trajectory projection (gravity, strength 0, last 2 steps)"
+    assert projection_arm("lines").name == "trajectory projection (lines)"
+    for bad in ("orbits", "gravity:2", "gravity:1:0", "gravity:1:1:1"):
+        with pytest.raises(ValueError):
+            projection_arm(bad)
+
+
 def test_validation_knows_every_adapter_option():
     """Every PILAAdapter option has a type/range rule (add one to ADAPTER_KEYS with a new option)."""
     import inspect

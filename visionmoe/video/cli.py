@@ -204,6 +204,10 @@ def _add_generate(sub) -> None:
     p.add_argument("--trajectory-guidance", type=float, default=0.0,
                    help="trajectory-law guidance strength (0.05 measured on the toy world; one VAE decode "
                         "and backward per step while sigma > 0.4); 0 = off")
+    p.add_argument("--trajectory-projection", choices=["off", "gravity", "lines"], default="off",
+                   help="re-draw the moving object as a rigid body on the law's track in the last step's "
+                        "clean estimate (gravity: parabolas cut at bounces; lines: no acceleration); one VAE "
+                        "decode and two encodes; suits one object on a static background")
     p.add_argument("--steps", type=int, help="denoising steps (default: the model's)")
     p.add_argument("--frames", type=int, help="number of frames, 4k+1 (default: the model's)")
     p.add_argument("--height", type=int, help="a multiple of the model's VAE x patch size (default: the model's)")
@@ -338,6 +342,11 @@ def cmd_generate(a) -> int:
 
         attach_trajectory_guidance(pipe, a.trajectory_guidance)
         say(f"trajectory guidance: strength {a.trajectory_guidance:g}")
+    if a.trajectory_projection != "off":
+        from .trajectory_projection import attach_trajectory_projection
+
+        attach_trajectory_projection(pipe, law=a.trajectory_projection)
+        say(f"trajectory projection: {a.trajectory_projection} law, last step")
     pipe.set_progress_bar_config(disable=a.quiet, desc="denoising")
     say(f"generating {frames}x{height}x{width}, {steps} steps, guidance {guidance:g}, "
         f"PILA scale {a.scale:g} on {device}")
@@ -376,6 +385,9 @@ def _add_eval(sub) -> None:
     p.add_argument("--residual-guidance", type=float, default=0.0)
     p.add_argument("--trajectory-guidance", type=float, default=0.0,
                    help="also score the base model with trajectory-law guidance of this strength (0: no such arm)")
+    p.add_argument("--trajectory-projection", action="append", choices=["gravity", "lines"], default=[],
+                   help="also score the base model with rigid-body trajectory projection under this law "
+                        "(repeatable; lines: the wrong-law control)")
     p.add_argument("--window", type=float, nargs=2, default=(0.0, 1.0), metavar=("START", "END"),
                    help="fractions of the steps with the correction")
     p.add_argument("--no-control", action="store_true", help="skip the scale-0 control arm")
@@ -455,6 +467,8 @@ def cmd_eval(a) -> int:
             for n, p in adapters]
     if a.trajectory_guidance > 0:
         arms.append(E.Arm(f"trajectory guidance {a.trajectory_guidance:g}", trajectory_guidance=a.trajectory_guidance))
+    for law in dict.fromkeys(a.trajectory_projection):
+        arms.append(E.Arm(f"trajectory projection ({law})", trajectory_projection=law))
     t0 = time.time()
     progress = None if a.quiet else (
         lambda n, d, t: print(f"{n}: {d}/{t} clips ({time.time() - t0:.0f} s)", file=sys.stderr, flush=True))

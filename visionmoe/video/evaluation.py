@@ -406,7 +406,9 @@ class Arm:
 
     ``adapter``: a PILAAdapter or its folder (None: no adapter); ``transformer``: a state
     dict or a ``WanTransformer3DModel`` folder replacing the base transformer's weights;
-    ``trajectory_guidance``: the strength of :mod:`.trajectory_guidance` (0: off).
+    ``trajectory_guidance``: the strength of :mod:`.trajectory_guidance` (0: off);
+    ``trajectory_projection``: the law of :mod:`.trajectory_projection` (``""``: off), with
+    ``projection_strength`` and ``projection_steps``.
     """
 
     name: str
@@ -416,6 +418,9 @@ class Arm:
     window: Tuple[float, float] = (0.0, 1.0)
     transformer: Any = None
     trajectory_guidance: float = 0.0
+    trajectory_projection: str = ""
+    projection_strength: float = 1.0
+    projection_steps: int = 1
 
 
 @dataclass
@@ -509,6 +514,7 @@ def evaluate_toy_world(arms: Optional[Sequence[Arm]] = None, *, model=None, num:
     from .attach import attach_pila, detach_pila
     from .pipeline import load_adapter
     from .trajectory_guidance import attach_trajectory_guidance, detach_trajectory_guidance
+    from .trajectory_projection import attach_trajectory_projection, detach_trajectory_projection
     from .toy_world import load_toy_world, toy_world_adapter_path
 
     st = settings or EvalSettings()
@@ -549,9 +555,13 @@ def evaluate_toy_world(arms: Optional[Sequence[Arm]] = None, *, model=None, num:
                             start=arm.window[0], end=arm.window[1])
             if arm.trajectory_guidance > 0:
                 attach_trajectory_guidance(pipe, arm.trajectory_guidance)
+            if arm.trajectory_projection:
+                attach_trajectory_projection(pipe, arm.projection_steps, arm.trajectory_projection,
+                                             arm.projection_strength)
             clips[arm.name] = generate_clips(pipe, items, progress=cb(arm.name), **gen)
         finally:
             detach_trajectory_guidance(pipe)
+            detach_trajectory_projection(pipe)
             detach_pila(pipe)
             if arm.transformer is not None:
                 pipe.transformer.load_state_dict(base_state)

@@ -1,0 +1,152 @@
+"""Rigid-body trajectory projection: the law fit, the pixel projection, the scheduler wrapper on
+tiny Wan pipelines, and the projection through the toy world's VAE."""
+
+import numpy as np
+import pytest
+import torch
+
+from visionmoe.video import metrics as M
+from visionmoe.video.synthetic import generate_clip
+from visionmoe.video.tiny import load_tiny_wan
+from visionmoe.video.trajectory_projection import (
+    attach_trajectory_projection, detach_trajectory_projection, fit_law_track, project_clip,
+)
+
+
+def jittery_ball_clip(seed=0, frames=17, size=64, jitter=1.2):
+    """A disc falling on a parabola over the toy world's background (a simulator clip's temporal
+    median), its centre jittered by ``jitter`` px and its radius by 15% per frame (what the toy
+    world's model draws)."""
+    rng = np.random.default_rng(seed)
+    bg = np.median(generate_clip("free_fall", seed).frames, 0).astype(np.float64) / 255
+    t = np.arange(frames, dtype=np.float64)
+    y = 8 + 0.4 * t + 0.5 * 0.18 * t * t + rng.normal(0, jitter, frames)
+    x = 30 + 0.3 * t + rng.normal(0, jitter, frames)
+    r = 4.5 * (1 + rng.uniform(-0.15, 0.15, frames))
+    yy, xx = np.mgrid[0:size, 0:size].astype(np.float64)
+    out = np.empty((frames, size, size, 3))
+    for i in range(frames):
+        d = np.sqrt((yy - y[i]) ** 2 + (xx - x[i]) ** 2)
+        a = np.clip(r[i] + 0.5 - d, 0, 1)[..., None]
+        out[i] = bg * (1 - a) + np.array([0.9, 0.2, 0.15]) * a
+    return np.clip(np.rint(out * 255), 0, 255).astype(np.uint8)
+
+
+def to_unit(u8):
+    return u8.astype(np.float32) / 127.5 - 1
+
+
+def to_u8(f):
+    return np.clip(np.rint((f + 1) * 127.5), 0, 255).astype(np.uint8)
+
+
+def test_fit_law_track_is_exact_on_the_law_and_cuts_at_bounces():
+    t = np.arange(17, dtype=np.float64)
+    y = 5 + 0.3 * t + 0.5 * 0.2 * t * t
+    x = 30 + 0.1 * t
+    fy, fx = fit_law_track(y, x)
+    assert np.allclose(fy, y) and np.allclose(fx, x)
+    ly, _ = fit_law_track(y, x, "lines")  # the wrong law cannot follow the acceleration
+    assert np.abs(ly - y).max() > 0.5
+    # a bounce: two parabolas with one acceleration, the contact frame keeps its value
+    yb = np.concatenate([5 + 0.5 * 0.8 * np.arange(9) ** 2, 30.6 - 4 * np.arange(1, 9) + 0.4 * np.arange(1, 9) ** 2])
+    fyb, _ = fit_law_track(yb, np.zeros_like(yb))
+    assert len(M.bounce_segments(yb)) == 2 and np.abs(fyb - yb).max() < 0.2
+    with pytest.raises(ValueError, match="law"):
+        fit_law_track(y, x, "orbits")
+
+
+def test_projection_makes_a_jittery_ball_rigid_and_lawful():
+    before_jerk, after_jerk, before_res, after_res = [], [], [], []
+    for seed in range(4):
+        clip = jittery_ball_clip(seed)
+        out, shift = project_clip(to_unit(clip))
+        proj = to_u8(out)
+        tb, ta = M.guarded_track(clip), M.guarded_track(proj)
+        assert ta.frames_tracked == 17 and 0.3 < shift < 3.0
+        assert abs(ta.area.mean() / tb.area.mean() - 1) < 0.15  # the ball keeps its size
+        before_jerk.append(M.scale_free_jerk(tb.positions))
+        after_jerk.append(M.scale_free_jerk(ta.positions))
+        before_res.append(M.gravity_fit(track=tb.positions).residual_quadratic)
+        after_res.append(M.gravity_fit(track=ta.positions).residual_quadratic)
+    assert np.mean(after_jerk) < 0.5 * np.mean(before_jerk)
+    assert np.mean(after_res) < 0.5 * np.mean(before_res)
+
+
+def test_strength_zero_keeps_the_track_and_empty_clips_pass_through():
+    clip = jittery_ball_clip(1)
+    out, shift = project_clip(to_unit(clip), strength=0.0)
+    assert shift == 0.0
+    tb, ta = M.guarded_track(clip), M.guarded_track(to_u8(out))
+    assert np.abs(ta.positions - tb.positions).max() < 1.0  # rigid shape, same path
+    empty = np.zeros((9, 32, 32, 3), np.float32)
+    same, s = project_clip(empty)
+    assert s == 0.0 and np.array_equal(same, empty)
+    with pytest.raises(ValueError, match="F, H, W, 3"):
+        project_clip(np.zeros((9, 32, 32), np.float32))
+
+
+def run(pipe, steps=3):
+    return pipe(prompt="a ball falls", negative_prompt="", height=32, width=32, num_frames=9,
+                num_inference_steps=steps, guidance_scale=4.0, generator=torch.Generator().manual_seed(0),
+                output_type="latent", max_sequence_length=16).frames
+
+
+@pytest.mark.parametrize("version", ["2.1", "2.2"])
+def test_steps_zero_and_detach_are_the_base_pipeline(version):
+    pipe = load_tiny_wan(version)
+    base = run(pipe)
+    p = attach_trajectory_projection(pipe, steps=0)
+    assert torch.equal(run(pipe), base) and p.calls == 0
+    sigmas = []
+    p = attach_trajectory_projection(pipe, steps=2)
+    apply = p.apply
+    p.apply = lambda v, x, sigma: sigmas.append(sigma) or apply(v, x, sigma)
+    projected = run(pipe)
+    assert p.calls == 2 and torch.isfinite(projected).all()
+    assert sigmas == sorted(sigmas, reverse=True) and 0 < sigmas[-1] < sigmas[0] < 1  # the last two steps
+    detach_trajectory_projection(pipe)
+    assert "step" not in vars(pipe.scheduler)
+    assert torch.equal(run(pipe), base)
+
+
+def test_projection_through_the_toy_world_vae_lowers_the_jerk():
+    from visionmoe.video.toy_world import load_toy_world
+
+    pipe = load_toy_world()
+    proj = attach_trajectory_projection(pipe)
+    vae = pipe.vae
+    mean = torch.tensor(vae.config.latents_mean).view(1, -1, 1, 1, 1)
+    std = torch.tensor(vae.config.latents_std).view(1, -1, 1, 1, 1)
+    clips = [jittery_ball_clip(s) for s in (5, 6)]
+    video = torch.from_numpy(np.stack([to_unit(c) for c in clips])).permute(0, 4, 1, 2, 3)
+    with torch.no_grad():
+        x0 = (vae.encode(video).latent_dist.mean - mean) / std
+        x0p = proj.project(x0)
+
+    @torch.no_grad()
+    def decode(x):
+        v = vae.decode(x * std + mean, return_dict=False)[0].clamp(-1, 1)
+        return [to_u8(c.permute(1, 2, 3, 0).numpy()) for c in v]
+
+    jerk = [np.mean([M.scale_free_jerk(M.guarded_track(c).positions) for c in decode(x)]) for x in (x0, x0p)]
+    assert jerk[1] < 0.75 * jerk[0], jerk
+    detach_trajectory_projection(pipe)
+
+
+def test_bad_settings_fail_clearly():
+    from diffusers import DDIMScheduler
+
+    pipe = load_tiny_wan("2.1")
+    with pytest.raises(ValueError, match="steps"):
+        attach_trajectory_projection(pipe, steps=-1)
+    with pytest.raises(ValueError, match="law"):
+        attach_trajectory_projection(pipe, law="orbits")
+    with pytest.raises(ValueError, match="strength"):
+        attach_trajectory_projection(pipe, strength=1.5)
+    with pytest.raises(ValueError, match="VAE"):
+        attach_trajectory_projection(object())
+    assert "step" not in vars(pipe.scheduler)  # a refused attachment leaves the scheduler alone
+    pipe.scheduler = DDIMScheduler()
+    with pytest.raises(ValueError, match="flow-prediction"):
+        attach_trajectory_projection(pipe)

@@ -1,0 +1,266 @@
+"""Inference-time rigid-body trajectory projection for diffusers Wan pipelines.
+
+The toy world's jitter is set by the last denoising steps: per frame, the moving object changes
+shape and jumps by a pixel or two (scale-free jerk 3.5x the simulator's), and whatever earlier
+steps do to the motion, the last two re-draw it (``MODEL_CARD.md``). This acts where it is set:
+on the clean-video estimate ``x0 = x_t - sigma * v`` of the last ``steps`` denoising steps
+(``v``: the velocity the scheduler receives, after classifier-free guidance and every hook),
+
+1. decode ``x0`` with the pipeline's VAE; background = per-pixel temporal median; the object's
+   soft mask = where a pixel deviates from it by more than 20% of the frame's peak deviation
+   (ramping to full at 40%, dilated by one pixel); its track = the centroid of the deviation
+   above half the peak, weighted by the excess (a soft form of the metric's tracker);
+2. fit the **law** to the track: piecewise parabolas with one shared vertical acceleration per
+   clip, cut at bounces (:func:`.metrics.bounce_segments`), and straight lines horizontally
+   (``law="gravity"``; ``law="lines"``: no acceleration, the wrong-law control);
+3. a **rigid body** keeps its shape: the object's template is the per-pixel median of its
+   crops aligned on the track, and each frame is re-drawn as the frame with the object removed
+   (its mask filled with the background) plus the template at ``track + strength * (fit - track)``;
+4. encode the projected and the decoded video and move ``x0`` by the difference of the two
+   encodings (so the VAE's own round-trip error cancels), which the scheduler then steps with:
+   ``v' = v - (E(projected) - E(decoded)) / sigma``.
+
+With ``steps=1`` (the default) only the final step's estimate is projected: a physics
+post-process of the clean latent, which the model does not revisit. Projecting earlier steps
+was measured too (``MODEL_CARD.md``): the remaining steps re-draw the jitter. Clips in which
+some frame shows no object (peak deviation below ``min_peak``) are left unchanged.
+
+It suits what the toy world shows: one object on a static background and camera. It is not a
+general video editor: several objects share one template, camera motion breaks the background
+median.
+
+``attach_trajectory_projection(pipe, steps, law, strength)`` wraps the pipeline scheduler's
+``step`` (diffusers has no scheduler hooks); ``detach_trajectory_projection(pipe)`` restores it;
+``steps=0`` never runs the VAE and changes nothing; ``strength=0`` keeps the object's track and
+only makes its shape rigid (the control that separates the law from the rigidity).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import List, Optional, Tuple
+
+import numpy as np
+import torch
+
+from .metrics import bounce_segments
+
+logger = logging.getLogger(__name__)
+
+LAWS = ("gravity", "lines")
+
+__all__ = ["LAWS", "TrajectoryProjection", "attach_trajectory_projection", "detach_trajectory_projection",
+           "fit_law_track", "project_clip"]
+
+
+def _cv2():
+    import cv2
+
+    return cv2
+
+
+def fit_law_track(y: np.ndarray, x: np.ndarray, law: str = "gravity") -> Tuple[np.ndarray, np.ndarray]:
+    """The law's least-squares fit of a ``[F]`` track (+y down): ``y`` on piecewise parabolas with
+    one shared acceleration (``"gravity"``) or on piecewise lines (``"lines"``), ``x`` on piecewise
+    lines; segments cut at bounces as the metric cuts them. Frames outside every segment (the
+    bounce frames) keep their measured value."""
+    if law not in LAWS:
+        raise ValueError(f"law must be one of {LAWS}, got {law!r}")
+    y = np.asarray(y, np.float64)
+    x = np.asarray(x, np.float64)
+    fy, fx = y.copy(), x.copy()
+    segs = bounce_segments(y)
+    if not segs:
+        return fy, fx
+    k = len(segs)
+    rows, idx = [], []
+    for i, (s, e) in enumerate(segs):
+        t = np.arange(e - s, dtype=np.float64)
+        fx[s:e] = np.polyval(np.polyfit(t, x[s:e], 1), t)
+        for j in range(e - s):
+            r = np.zeros(1 + 2 * k)
+            r[0] = 0.5 * j * j if law == "gravity" else 0.0
+            r[1 + 2 * i], r[2 + 2 * i] = j, 1.0
+            rows.append(r)
+            idx.append(s + j)
+    A = np.asarray(rows)
+    sol, *_ = np.linalg.lstsq(A, y[idx], rcond=None)
+    fy[idx] = A @ sol
+    return fy, fx
+
+
+def _soft_centroids(dev: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """(y, x) [F]: centroids of the colour deviation ``dev`` [F, H, W] above half the frame's
+    peak, weighted by the excess (the mask :func:`.metrics.guarded_track` thresholds, soft)."""
+    peak = dev.reshape(len(dev), -1).max(1)[:, None, None]
+    w = np.maximum(dev - 0.5 * peak, 0.0)
+    H, W = dev.shape[1:]
+    yy, xx = np.mgrid[0:H, 0:W]
+    s = w.sum((1, 2)) + 1e-12
+    return (w * yy).sum((1, 2)) / s, (w * xx).sum((1, 2)) / s
+
+
+def project_clip(frames: np.ndarray, law: str = "gravity", strength: float = 1.0, radius: Optional[int] = None,
+                 min_peak: float = 0.1) -> Tuple[np.ndarray, float]:
+    """Re-draw the moving object of one clip as a rigid template on the law's track.
+
+    Args:
+        frames: ``[F, H, W, 3]`` float in [-1, 1] (a decoded clip).
+        law: ``"gravity"`` or ``"lines"`` (:func:`fit_law_track`).
+        strength: how far each frame moves toward the fit (0: the object stays where it is,
+            only its shape is made rigid; 1: onto the fit).
+        radius: the template's half size in pixels (default: 14% of the shorter side).
+        min_peak: a frame whose peak deviation from the background is below this has no
+            object; then the clip is returned unchanged.
+
+    Returns:
+        (projected frames, RMS shift of the object in pixels); unchanged frames and 0.0 when
+        the clip has fewer than 5 frames or a frame without an object.
+    """
+    cv2 = _cv2()
+    f = np.asarray(frames, np.float32)
+    if f.ndim != 4 or f.shape[-1] != 3:
+        raise ValueError(f"frames must be [F, H, W, 3], got shape {f.shape}")
+    F, H, W, _ = f.shape
+    if F < 5:
+        return f, 0.0
+    bg = np.median(f, axis=0)
+    dev = np.abs(f - bg).max(-1)
+    peak = dev.reshape(F, -1).max(1)
+    if peak.min() < min_peak:
+        return f, 0.0
+    y, x = _soft_centroids(dev)
+    fy, fx = fit_law_track(y, x, law)
+    ty, tx = y + strength * (fy - y), x + strength * (fx - x)
+    p = peak[:, None, None]
+    alpha = np.clip((dev - 0.2 * p) / (0.2 * p), 0.0, 1.0).astype(np.float32)
+    kernel = np.ones((3, 3), np.float32)
+    alpha = np.stack([cv2.dilate(a, kernel) for a in alpha])
+    R = int(radius) if radius is not None else max(3, int(round(0.14 * min(H, W))))
+    S = 2 * R + 1
+    lin = cv2.INTER_LINEAR
+    crop_a, crop_c = [], []
+    for t in range(F):  # crops of the object aligned on its centroid
+        M = np.float32([[1, 0, R - x[t]], [0, 1, R - y[t]]])
+        crop_a.append(cv2.warpAffine(alpha[t], M, (S, S), flags=lin))
+        crop_c.append(cv2.warpAffine(np.ascontiguousarray(f[t] * alpha[t][..., None]), M, (S, S), flags=lin))
+    tmpl_a = np.median(np.stack(crop_a), 0)
+    tmpl_c = np.median(np.stack(crop_c), 0)
+    out = np.empty_like(f)
+    for t in range(F):
+        a = alpha[t][..., None]
+        removed = f[t] * (1 - a) + bg * a
+        M = np.float32([[1, 0, tx[t] - R], [0, 1, ty[t] - R]])
+        a2 = cv2.warpAffine(tmpl_a, M, (W, H), flags=lin)[..., None]
+        c2 = cv2.warpAffine(tmpl_c, M, (W, H), flags=lin)
+        out[t] = removed * (1 - a2) + c2
+    return out, float(np.sqrt(np.mean((ty - y) ** 2 + (tx - x) ** 2)))
+
+
+@dataclass
+class TrajectoryProjection:
+    """The settings and state of one attachment (see the module docstring)."""
+
+    vae: torch.nn.Module
+    steps: int = 1
+    law: str = "gravity"
+    strength: float = 1.0
+    calls: int = 0  # projected denoising steps (for tests and logging)
+    shifts: List[float] = field(default_factory=list)  # RMS object shift per projected clip, px
+
+    def __post_init__(self):
+        if not (isinstance(self.steps, (int, np.integer)) and self.steps >= 0):
+            raise ValueError(f"steps must be an integer >= 0, got {self.steps!r}")
+        if self.law not in LAWS:
+            raise ValueError(f"law must be one of {LAWS}, got {self.law!r}")
+        if not (np.isfinite(self.strength) and 0.0 <= self.strength <= 1.0):
+            raise ValueError(f"strength must lie in [0, 1], got {self.strength!r}")
+        cfg = self.vae.config
+        self._mean = torch.tensor(cfg.latents_mean).view(1, -1, 1, 1, 1)
+        self._std = torch.tensor(cfg.latents_std).view(1, -1, 1, 1, 1)
+
+    @property
+    def active(self) -> bool:
+        return self.steps > 0
+
+    @torch.no_grad()
+    def project(self, x0: torch.Tensor) -> torch.Tensor:
+        """Projected clean latents for normalised Wan latents ``x0`` [B, C, T, H, W]."""
+        if x0.shape[1] != self._mean.shape[1]:
+            raise ValueError(f"latents have {x0.shape[1]} channels, the VAE {self._mean.shape[1]}")
+        vae, dt = self.vae, self.vae.dtype
+        mean, std = self._mean.to(x0.device), self._std.to(x0.device)
+        frames = vae.decode((x0 * std + mean).to(dt), return_dict=False)[0].float().clamp(-1, 1)
+        out = frames.clone()
+        for b in range(frames.shape[0]):
+            clip = frames[b].permute(1, 2, 3, 0).cpu().numpy()
+            proj, shift = project_clip(clip, self.law, self.strength)
+            self.shifts.append(shift)
+            out[b] = torch.from_numpy(proj).permute(3, 0, 1, 2).to(out)
+        e0 = vae.encode(frames.to(dt)).latent_dist.mean.float()
+        e1 = vae.encode(out.to(dt)).latent_dist.mean.float()
+        return x0 + (e1 - e0) / std
+
+    def apply(self, model_output: torch.Tensor, sample: torch.Tensor, sigma: float) -> torch.Tensor:
+        """The velocity that makes the scheduler's clean estimate the projected one."""
+        x0 = sample.float() - sigma * model_output.float()
+        x0p = self.project(x0)
+        self.calls += 1
+        logger.debug("trajectory projection at sigma %.3f: mean object shift %.2f px", sigma,
+                     float(np.mean(self.shifts[-x0.shape[0]:])))
+        return ((sample.float() - x0p) / sigma).to(model_output.dtype)
+
+
+def _step_position(scheduler, timestep) -> Tuple[int, float]:
+    """(index of ``timestep`` in the scheduler's schedule, its sigma)."""
+    ts = scheduler.timesteps
+    t = torch.as_tensor(timestep, device=ts.device).reshape(-1)[0]
+    hits = (ts == t).nonzero()
+    if len(hits) == 0:
+        raise ValueError(f"timestep {float(t)} is not in the scheduler's schedule")
+    i = int(hits[0])
+    sigmas = getattr(scheduler, "sigmas", None)
+    if sigmas is not None and len(sigmas) > i:
+        return i, float(sigmas[i])
+    ntt = int(getattr(scheduler.config, "num_train_timesteps", 1000) or 1000)
+    return i, float(t) / ntt
+
+
+def attach_trajectory_projection(pipe, steps: int = 1, law: str = "gravity", strength: float = 1.0) -> TrajectoryProjection:
+    """Project the clean estimate of ``pipe``'s last ``steps`` denoising steps onto the law; see
+    the module docstring. Attaching again replaces the previous attachment."""
+    vae = getattr(pipe, "vae", None)
+    if vae is None or not hasattr(vae.config, "latents_mean"):
+        raise ValueError(f"{type(pipe).__name__} has no Wan VAE (vae.config.latents_mean): trajectory projection "
+                         "decodes the clean-latent estimate")
+    sched = getattr(pipe, "scheduler", None)
+    if sched is None or not hasattr(sched, "step"):
+        raise ValueError(f"{type(pipe).__name__} has no scheduler")
+    pred = getattr(sched.config, "prediction_type", "flow_prediction")
+    if pred != "flow_prediction" and "FlowMatch" not in type(sched).__name__:
+        raise ValueError(f"trajectory projection needs a flow-prediction scheduler, {type(sched).__name__} "
+                         f"predicts {pred!r}")
+    proj = TrajectoryProjection(vae, steps, law, float(strength))
+    detach_trajectory_projection(pipe)
+    original = sched.step
+
+    def step(model_output, timestep, sample, *args, **kwargs):
+        if proj.active:
+            i, sigma = _step_position(sched, timestep)
+            if i >= len(sched.timesteps) - proj.steps and sigma > 0:
+                model_output = proj.apply(model_output, sample, sigma)
+        return original(model_output, timestep, sample, *args, **kwargs)
+
+    sched.step = step
+    pipe._trajectory_projection = proj
+    return proj
+
+
+def detach_trajectory_projection(pipe) -> None:
+    """Remove the projection; the pipeline is the base pipeline again."""
+    sched = getattr(pipe, "scheduler", None)
+    if sched is not None and "step" in vars(sched):
+        del sched.step  # the instance attribute set by attach; the class method is back
+    if hasattr(pipe, "_trajectory_projection"):
+        del pipe._trajectory_projection
