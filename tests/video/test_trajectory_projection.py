@@ -48,6 +48,8 @@ def test_fit_law_track_is_exact_on_the_law_and_cuts_at_bounces():
     assert np.allclose(fy, y) and np.allclose(fx, x)
     ly, _ = fit_law_track(y, x, "lines")  # the wrong law cannot follow the acceleration
     assert np.abs(ly - y).max() > 0.5
+    _, _, ay, ax = fit_law_track(y[4:12], x[4:12], t=t[4:12], at=np.array([0.0, 2.0, 16.0]))
+    assert np.allclose(ay, y[[0, 2, 16]]) and np.allclose(ax, x[[0, 2, 16]])  # the law carried on
     # a bounce: two parabolas with one acceleration, the contact frame keeps its value
     yb = np.concatenate([5 + 0.5 * 0.8 * np.arange(9) ** 2, 30.6 - 4 * np.arange(1, 9) + 0.4 * np.arange(1, 9) ** 2])
     fyb, _ = fit_law_track(yb, np.zeros_like(yb))
@@ -71,6 +73,24 @@ def test_projection_makes_a_jittery_ball_rigid_and_lawful():
         after_res.append(M.gravity_fit(track=ta.positions).residual_quadratic)
     assert np.mean(after_jerk) < 0.5 * np.mean(before_jerk)
     assert np.mean(after_res) < 0.5 * np.mean(before_res)
+
+
+def test_faint_frames_do_not_steer_the_fit_and_the_body_stays_drawn():
+    clip = jittery_ball_clip(2)
+    bg = np.median(generate_clip("free_fall", 2).frames, 0)
+    faded = clip.copy()
+    faded[7:10] = np.rint(bg + 0.1 * (clip[7:10].astype(np.float64) - bg)).astype(np.uint8)  # nearly gone
+    out, _ = project_clip(to_unit(faded))
+    tr = M.guarded_track(to_u8(out))
+    assert tr.frames_tracked == 17 and tr.contrast[7:10].min() > 0.5 * tr.contrast[[6, 10]].min()
+    assert M.gravity_fit(track=tr.positions).residual_quadratic < 0.5
+    late = clip.copy()
+    late[:3] = bg  # the object shows from frame 3 on: the law carries it back to frame 0
+    out, _ = project_clip(to_unit(late))
+    tr = M.guarded_track(to_u8(out))
+    assert tr.frames_tracked == 17 and M.gravity_fit(track=tr.positions).residual_quadratic < 0.5
+    out, _ = project_clip(to_unit(late), strength=0.0)  # no law, nothing to carry it: as drawn
+    assert np.array_equal(to_u8(out[:3]), late[:3])
 
 
 def test_strength_zero_keeps_the_track_and_empty_clips_pass_through():

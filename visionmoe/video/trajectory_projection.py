@@ -22,8 +22,11 @@ on the clean-video estimate ``x0 = x_t - sigma * v`` of the last ``steps`` denoi
 
 With ``steps=1`` (the default) only the final step's estimate is projected: a physics
 post-process of the clean latent, which the model does not revisit. Projecting earlier steps
-was measured too (``MODEL_CARD.md``): the remaining steps re-draw the jitter. Clips in which
-some frame shows no object (peak deviation below ``min_peak``) are left unchanged.
+was measured too (``MODEL_CARD.md``): the remaining steps re-draw the jitter. Frames that show
+the object faintly or not at all neither steer the fit nor shape the template, and the body is
+drawn there all the same: on the interpolated track between frames that show it, on the law's
+fit carried on before the first and after the last; clips in which fewer than 5 frames show it
+are left unchanged.
 
 It suits what the toy world shows: one object on a static background and camera. It is not a
 general video editor: several objects share one template, camera motion breaks the background
@@ -60,34 +63,51 @@ def _cv2():
     return cv2
 
 
-def fit_law_track(y: np.ndarray, x: np.ndarray, law: str = "gravity") -> Tuple[np.ndarray, np.ndarray]:
-    """The law's least-squares fit of a ``[F]`` track (+y down): ``y`` on piecewise parabolas with
-    one shared acceleration (``"gravity"``) or on piecewise lines (``"lines"``), ``x`` on piecewise
-    lines; segments cut at bounces as the metric cuts them. Frames outside every segment (the
-    bounce frames) keep their measured value."""
+def fit_law_track(y: np.ndarray, x: np.ndarray, law: str = "gravity", t: Optional[np.ndarray] = None,
+                  at: Optional[np.ndarray] = None):
+    """The law's least-squares fit of a ``[N]`` track (+y down) at frame times ``t`` (default
+    0..N-1): ``y`` on piecewise parabolas with one shared acceleration (``"gravity"``) or on
+    piecewise lines (``"lines"``), ``x`` on piecewise lines; segments cut at bounces as the metric
+    cuts them. Points outside every segment (the bounce frames) keep their measured value.
+
+    Returns ``(fy, fx)``; with ``at`` (other frame times) also the law there, ``(fy, fx, ay, ax)``,
+    from the first segment before it starts and from the latest segment started otherwise
+    (measured values where no segment was fitted)."""
     if law not in LAWS:
         raise ValueError(f"law must be one of {LAWS}, got {law!r}")
     y = np.asarray(y, np.float64)
     x = np.asarray(x, np.float64)
+    t_all = np.arange(len(y), dtype=np.float64) if t is None else np.asarray(t, np.float64)
+    at = None if at is None else np.asarray(at, np.float64)
     fy, fx = y.copy(), x.copy()
     segs = bounce_segments(y)
     if not segs:
-        return fy, fx
+        if at is None:
+            return fy, fx
+        return fy, fx, np.interp(at, t_all, y), np.interp(at, t_all, x)
     k = len(segs)
-    rows, idx = [], []
+    rows, idx, xlines = [], [], []
     for i, (s, e) in enumerate(segs):
-        t = np.arange(e - s, dtype=np.float64)
-        fx[s:e] = np.polyval(np.polyfit(t, x[s:e], 1), t)
+        ts = t_all[s:e] - t_all[s]
+        xlines.append(np.polyfit(ts, x[s:e], 1))
+        fx[s:e] = np.polyval(xlines[-1], ts)
         for j in range(e - s):
             r = np.zeros(1 + 2 * k)
-            r[0] = 0.5 * j * j if law == "gravity" else 0.0
-            r[1 + 2 * i], r[2 + 2 * i] = j, 1.0
+            r[0] = 0.5 * ts[j] ** 2 if law == "gravity" else 0.0
+            r[1 + 2 * i], r[2 + 2 * i] = ts[j], 1.0
             rows.append(r)
             idx.append(s + j)
     A = np.asarray(rows)
     sol, *_ = np.linalg.lstsq(A, y[idx], rcond=None)
     fy[idx] = A @ sol
-    return fy, fx
+    if at is None:
+        return fy, fx
+    starts = np.array([t_all[s] for s, _ in segs])
+    seg = np.clip(np.searchsorted(starts, at, side="right") - 1, 0, k - 1)
+    dt = at - starts[seg]
+    ay = (0.5 * sol[0] * dt * dt if law == "gravity" else 0.0) + sol[1 + 2 * seg] * dt + sol[2 + 2 * seg]
+    ax = np.array([np.polyval(xlines[i], d) for i, d in zip(seg, dt)])
+    return fy, fx, ay, ax
 
 
 def _soft_centroids(dev: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
@@ -102,7 +122,7 @@ def _soft_centroids(dev: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
 
 
 def project_clip(frames: np.ndarray, law: str = "gravity", strength: float = 1.0, radius: Optional[int] = None,
-                 min_peak: float = 0.1) -> Tuple[np.ndarray, float]:
+                 min_peak: float = 0.1, faint: float = 0.35) -> Tuple[np.ndarray, float]:
     """Re-draw the moving object of one clip as a rigid template on the law's track.
 
     Args:
@@ -111,12 +131,16 @@ def project_clip(frames: np.ndarray, law: str = "gravity", strength: float = 1.0
         strength: how far each frame moves toward the fit (0: the object stays where it is,
             only its shape is made rigid; 1: onto the fit).
         radius: the template's half size in pixels (default: 14% of the shorter side).
-        min_peak: a frame whose peak deviation from the background is below this has no
-            object; then the clip is returned unchanged.
+        min_peak, faint: a frame whose peak deviation from the background is below
+            ``min_peak`` or below ``faint`` times the clip's median peak shows the object faintly
+            or not at all: it neither steers the fit nor shapes the template; the body is drawn
+            there all the same (a rigid body does not vanish): between two frames that show it
+            at the track interpolated from them, before the first and after the last on the
+            law's fit carried on (with ``strength`` 0, which has no law, those stay as drawn).
 
     Returns:
-        (projected frames, RMS shift of the object in pixels); unchanged frames and 0.0 when
-        the clip has fewer than 5 frames or a frame without an object.
+        (projected frames, RMS shift of the object in pixels over the frames that show it);
+        unchanged frames and 0.0 when fewer than 5 frames show the object.
     """
     cv2 = _cv2()
     f = np.asarray(frames, np.float32)
@@ -128,12 +152,18 @@ def project_clip(frames: np.ndarray, law: str = "gravity", strength: float = 1.0
     bg = np.median(f, axis=0)
     dev = np.abs(f - bg).max(-1)
     peak = dev.reshape(F, -1).max(1)
-    if peak.min() < min_peak:
+    shown = (peak >= min_peak) & (peak >= faint * np.median(peak))
+    if shown.sum() < 5:
         return f, 0.0
     y, x = _soft_centroids(dev)
-    fy, fx = fit_law_track(y, x, law)
-    ty, tx = y + strength * (fy - y), x + strength * (fx - x)
-    p = peak[:, None, None]
+    t = np.nonzero(shown)[0]
+    ends = np.array([i for i in range(F) if i < t[0] or i > t[-1]], np.int64)
+    fy, fx, ey, ex = fit_law_track(y[t], x[t], law, t, at=ends)
+    ty = np.interp(np.arange(F), t, y[t] + strength * (fy - y[t]))
+    tx = np.interp(np.arange(F), t, x[t] + strength * (fx - x[t]))
+    if strength > 0:  # the law carries the body into the frames before and after it shows
+        ty[ends], tx[ends] = ey, ex
+    p = np.maximum(peak, 1e-6)[:, None, None]  # an empty frame (peak 0) gets no mask
     alpha = np.clip((dev - 0.2 * p) / (0.2 * p), 0.0, 1.0).astype(np.float32)
     kernel = np.ones((3, 3), np.float32)
     alpha = np.stack([cv2.dilate(a, kernel) for a in alpha])
@@ -141,21 +171,22 @@ def project_clip(frames: np.ndarray, law: str = "gravity", strength: float = 1.0
     S = 2 * R + 1
     lin = cv2.INTER_LINEAR
     crop_a, crop_c = [], []
-    for t in range(F):  # crops of the object aligned on its centroid
-        M = np.float32([[1, 0, R - x[t]], [0, 1, R - y[t]]])
-        crop_a.append(cv2.warpAffine(alpha[t], M, (S, S), flags=lin))
-        crop_c.append(cv2.warpAffine(np.ascontiguousarray(f[t] * alpha[t][..., None]), M, (S, S), flags=lin))
+    for i in t:  # crops of the object aligned on its centroid, where it shows
+        M = np.float32([[1, 0, R - x[i]], [0, 1, R - y[i]]])
+        crop_a.append(cv2.warpAffine(alpha[i], M, (S, S), flags=lin))
+        crop_c.append(cv2.warpAffine(np.ascontiguousarray(f[i] * alpha[i][..., None]), M, (S, S), flags=lin))
     tmpl_a = np.median(np.stack(crop_a), 0)
     tmpl_c = np.median(np.stack(crop_c), 0)
-    out = np.empty_like(f)
-    for t in range(F):
-        a = alpha[t][..., None]
-        removed = f[t] * (1 - a) + bg * a
-        M = np.float32([[1, 0, tx[t] - R], [0, 1, ty[t] - R]])
+    out = f.copy()
+    drawn = range(F) if strength > 0 else range(t[0], t[-1] + 1)  # strength 0: no law to carry it
+    for i in drawn:
+        a = alpha[i][..., None]
+        removed = f[i] * (1 - a) + bg * a
+        M = np.float32([[1, 0, tx[i] - R], [0, 1, ty[i] - R]])
         a2 = cv2.warpAffine(tmpl_a, M, (W, H), flags=lin)[..., None]
         c2 = cv2.warpAffine(tmpl_c, M, (W, H), flags=lin)
-        out[t] = removed * (1 - a2) + c2
-    return out, float(np.sqrt(np.mean((ty - y) ** 2 + (tx - x) ** 2)))
+        out[i] = removed * (1 - a2) + c2
+    return out, float(np.sqrt(np.mean((ty[t] - y[t]) ** 2 + (tx[t] - x[t]) ** 2)))
 
 
 @dataclass
