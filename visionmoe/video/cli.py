@@ -345,7 +345,10 @@ def cmd_generate(a) -> int:
     if a.trajectory_projection != "off":
         from .trajectory_projection import attach_trajectory_projection
 
-        attach_trajectory_projection(pipe, law=a.trajectory_projection)
+        try:
+            attach_trajectory_projection(pipe, law=a.trajectory_projection)
+        except ValueError as e:  # e.g. a scheduler that does not predict the flow
+            raise UsageError(f"--trajectory-projection: {e}") from None
         say(f"trajectory projection: {a.trajectory_projection} law, last step")
     pipe.set_progress_bar_config(disable=a.quiet, desc="denoising")
     say(f"generating {frames}x{height}x{width}, {steps} steps, guidance {guidance:g}, "
