@@ -265,11 +265,12 @@ def test_eval_with_trajectory_projection_arms(tmp_path, capsys):
 
 
 def test_eval_script_projection_specs():
-    sys.path.insert(0, str(REPO / "scripts"))
-    try:
-        from eval_toy_world import projection_arm
-    finally:
-        sys.path.remove(str(REPO / "scripts"))
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("eval_toy_world", REPO / "scripts" / "eval_toy_world.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    projection_arm = script.projection_arm
     arm = projection_arm("gravity:0:2")
     assert (arm.trajectory_projection, arm.projection_strength, arm.projection_steps) == ("gravity", 0.0, 2)
     assert arm.name == "trajectory projection (gravity, strength 0, last 2 steps)"
