@@ -264,13 +264,8 @@ def test_eval_with_trajectory_projection_arms(tmp_path, capsys):
     assert "| trajectory projection (gravity) |" in table and "| trajectory projection (lines) |" in table
 
 
-def test_eval_script_projection_specs():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("eval_toy_world", REPO / "scripts" / "eval_toy_world.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    projection_arm = script.projection_arm
+def test_eval_script_projection_specs(load_script):
+    projection_arm = load_script("eval_toy_world").projection_arm
     arm = projection_arm("gravity:0:2")
     assert (arm.trajectory_projection, arm.projection_strength, arm.projection_steps) == ("gravity", 0.0, 2)
     assert arm.name == "trajectory projection (gravity, strength 0, last 2 steps)"

@@ -47,7 +47,7 @@ from typing import List, Optional, Tuple
 import numpy as np
 import torch
 
-from .metrics import bounce_segments
+from .metrics import _cv2, _fit_segments, bounce_segments
 
 logger = logging.getLogger(__name__)
 
@@ -55,12 +55,6 @@ LAWS = ("gravity", "lines")
 
 __all__ = ["LAWS", "TrajectoryProjection", "attach_trajectory_projection", "detach_trajectory_projection",
            "fit_law_track", "project_clip"]
-
-
-def _cv2():
-    import cv2
-
-    return cv2
 
 
 def fit_law_track(y: np.ndarray, x: np.ndarray, law: str = "gravity", t: Optional[np.ndarray] = None,
@@ -85,28 +79,21 @@ def fit_law_track(y: np.ndarray, x: np.ndarray, law: str = "gravity", t: Optiona
         if at is None:
             return fy, fx
         return fy, fx, np.interp(at, t_all, y), np.interp(at, t_all, x)
-    k = len(segs)
-    rows, idx, xlines = [], [], []
+    # the metric's own least squares: sol = [shared acceleration (0 for lines), b0, c0, b1, c1, ...]
+    _, _, sol = _fit_segments(t_all, y, segs, shared_accel=law == "gravity")
+    starts = np.array([t_all[s] for s, _ in segs])
+    xlines = [np.polyfit(t_all[s:e] - t_all[s], x[s:e], 1) for s, e in segs]
+
+    def on_law(seg: np.ndarray, dt: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+        ly = 0.5 * sol[0] * dt * dt + sol[1 + 2 * seg] * dt + sol[2 + 2 * seg]
+        return ly, np.array([np.polyval(xlines[i], d) for i, d in zip(seg, dt)])
+
     for i, (s, e) in enumerate(segs):
-        ts = t_all[s:e] - t_all[s]
-        xlines.append(np.polyfit(ts, x[s:e], 1))
-        fx[s:e] = np.polyval(xlines[-1], ts)
-        for j in range(e - s):
-            r = np.zeros(1 + 2 * k)
-            r[0] = 0.5 * ts[j] ** 2 if law == "gravity" else 0.0
-            r[1 + 2 * i], r[2 + 2 * i] = ts[j], 1.0
-            rows.append(r)
-            idx.append(s + j)
-    A = np.asarray(rows)
-    sol, *_ = np.linalg.lstsq(A, y[idx], rcond=None)
-    fy[idx] = A @ sol
+        fy[s:e], fx[s:e] = on_law(np.full(e - s, i), t_all[s:e] - t_all[s])
     if at is None:
         return fy, fx
-    starts = np.array([t_all[s] for s, _ in segs])
-    seg = np.clip(np.searchsorted(starts, at, side="right") - 1, 0, k - 1)
-    dt = at - starts[seg]
-    ay = (0.5 * sol[0] * dt * dt if law == "gravity" else 0.0) + sol[1 + 2 * seg] * dt + sol[2 + 2 * seg]
-    ax = np.array([np.polyval(xlines[i], d) for i, d in zip(seg, dt)])
+    seg = np.clip(np.searchsorted(starts, at, side="right") - 1, 0, len(segs) - 1)
+    ay, ax = on_law(seg, at - starts[seg])
     return fy, fx, ay, ax
 
 
