@@ -114,6 +114,18 @@ def test_energy_distance_reference_values():
     assert E.energy_distance(x, x + 1) == pytest.approx(1.0)
 
 
+def test_energy_bootstrap_matches_recomputing_each_draw():
+    """The bootstrap indexes pairwise distances computed once; each draw must equal the energy
+    distance recomputed from the resampled rows."""
+    rng = np.random.default_rng(3)
+    x, ref = rng.normal(size=(40, 17)), rng.normal(0.5, 1.2, size=(30, 17))
+    boot = E._EnergyBootstrap(x, ref)
+    for _ in range(5):
+        i = rng.integers(0, len(x), len(x))
+        assert boot(i) == pytest.approx(E.energy_distance(x[i], ref), rel=1e-12, abs=1e-12)
+    assert boot(np.arange(len(x))) == pytest.approx(E.energy_distance(x, ref), rel=1e-12)
+
+
 def test_summarize_rejects_bad_input(control_rows):
     with pytest.raises(ValueError, match="base arm"):
         E.summarize({"a": control_rows["orig"]}, "base", None)
