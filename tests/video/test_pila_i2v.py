@@ -159,3 +159,20 @@ def test_ti2v_5b_48_channel_vae_is_one_clear_line():
     msg = str(e.value)
     assert "\n" not in msg and "48-channel" in msg and "TI2V-5B" in msg and "AutoencoderKLWan" in msg
     assert "latent_channels=48" in msg
+
+
+@pytest.mark.parametrize("version", ["2.1", "2.2"])
+def test_i2v_trajectory_projection_runs_and_steps_zero_is_the_base(version):
+    """The projection wraps the scheduler, which steps the 16 latent channels in image-to-video too."""
+    from visionmoe.video.trajectory_projection import attach_trajectory_projection, detach_trajectory_projection
+
+    pipe = tiny_i2v(version)
+    base = run_i2v(pipe)
+    p = attach_trajectory_projection(pipe, steps=0)
+    assert torch.equal(run_i2v(pipe), base) and p.calls == 0
+    p = attach_trajectory_projection(pipe, steps=1)
+    out = run_i2v(pipe)
+    assert p.calls == 1 and out.shape == base.shape and torch.isfinite(out).all()
+    assert not torch.equal(out, base)  # the last step's clean estimate was re-drawn
+    detach_trajectory_projection(pipe)
+    assert torch.equal(run_i2v(pipe), base)

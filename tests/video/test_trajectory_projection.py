@@ -13,22 +13,28 @@ from visionmoe.video.trajectory_projection import (
 )
 
 
-def jittery_ball_clip(seed=0, frames=17, size=64, jitter=1.2):
+def jittery_ball_clip(seed=0, frames=17, size=64, jitter=1.2, ghost=False):
     """A disc falling on a parabola over the toy world's background (a simulator clip's temporal
     median), its centre jittered by ``jitter`` px and its radius by 15% per frame (what the toy
-    world's model draws)."""
+    world's model draws); with ``ghost`` a green disc 14 px to its left as well, which outshines
+    the ball in about 40% of the frames and is faint in the others (the toy world draws such
+    ghosts)."""
     rng = np.random.default_rng(seed)
     bg = np.median(generate_clip("free_fall", seed).frames, 0).astype(np.float64) / 255
     t = np.arange(frames, dtype=np.float64)
     y = 8 + 0.4 * t + 0.5 * 0.18 * t * t + rng.normal(0, jitter, frames)
     x = 30 + 0.3 * t + rng.normal(0, jitter, frames)
     r = 4.5 * (1 + rng.uniform(-0.15, 0.15, frames))
+    strength = np.where(rng.random(frames) < 0.4, 1.0, 0.3)
     yy, xx = np.mgrid[0:size, 0:size].astype(np.float64)
     out = np.empty((frames, size, size, 3))
     for i in range(frames):
         d = np.sqrt((yy - y[i]) ** 2 + (xx - x[i]) ** 2)
         a = np.clip(r[i] + 0.5 - d, 0, 1)[..., None]
         out[i] = bg * (1 - a) + np.array([0.9, 0.2, 0.15]) * a
+        if ghost:
+            g = strength[i] * np.clip(r[i] + 0.5 - np.sqrt((yy - y[i]) ** 2 + (xx - x[i] + 14) ** 2), 0, 1)
+            out[i] = out[i] * (1 - g[..., None]) + np.array([0.3, 1.0, 0.3]) * g[..., None]
     return np.clip(np.rint(out * 255), 0, 255).astype(np.uint8)
 
 
@@ -50,10 +56,15 @@ def test_fit_law_track_is_exact_on_the_law_and_cuts_at_bounces():
     assert np.abs(ly - y).max() > 0.5
     _, _, ay, ax = fit_law_track(y[4:12], x[4:12], t=t[4:12], at=np.array([0.0, 2.0, 16.0]))
     assert np.allclose(ay, y[[0, 2, 16]]) and np.allclose(ax, x[[0, 2, 16]])  # the law carried on
-    # a bounce: two parabolas with one acceleration, the contact frame keeps its value
+    # a bounce: two parabolas with one acceleration; the contact frame (8), which neither segment
+    # fits, lies on the law too, also when it is drawn 1.5 px off
     yb = np.concatenate([5 + 0.5 * 0.8 * np.arange(9) ** 2, 30.6 - 4 * np.arange(1, 9) + 0.4 * np.arange(1, 9) ** 2])
     fyb, _ = fit_law_track(yb, np.zeros_like(yb))
     assert len(M.bounce_segments(yb)) == 2 and np.abs(fyb - yb).max() < 0.2
+    off = yb.copy()
+    off[8] -= 1.5
+    fyo, _ = fit_law_track(off, np.zeros_like(yb))
+    assert abs(fyo[8] - yb[8]) < 0.1
     with pytest.raises(ValueError, match="law"):
         fit_law_track(y, x, "orbits")
 
@@ -73,6 +84,25 @@ def test_projection_makes_a_jittery_ball_rigid_and_lawful():
         after_res.append(M.gravity_fit(track=ta.positions).residual_quadratic)
     assert np.mean(after_jerk) < 0.5 * np.mean(before_jerk)
     assert np.mean(after_res) < 0.5 * np.mean(before_res)
+
+
+def test_a_ghost_beside_the_ball_neither_moves_its_track_nor_blends_its_template():
+    """Two blobs that take turns at outshining each other: a centroid over the whole frame jumps
+    between them, and a template aligned on it blends both with the background; the projection
+    follows one of them and keeps its colour."""
+    for seed in range(3):
+        clip = jittery_ball_clip(seed, ghost=True)
+        out, _ = project_clip(to_unit(clip))
+        proj = to_u8(out)
+        tr = M.guarded_track(proj)
+        assert tr.frames_tracked == 17
+        ball = M.guarded_track(jittery_ball_clip(seed)).positions  # the same ball without its ghost
+        off = min(np.linalg.norm(tr.positions - (ball - [dx, 0]), axis=1).mean() for dx in (0, 14))
+        assert off < 2.0  # on the ball's or on the ghost's (jittered) path, not between them
+        rgb = np.stack([proj[i, cy, cx] for i, (cx, cy) in enumerate(np.rint(tr.positions).astype(int))]) / 255.0
+        red = (rgb[:, 0] > 0.7) & (rgb[:, 1] < 0.35)
+        green = (rgb[:, 1] > 0.7) & (rgb[:, 0] < 0.45)
+        assert red.all() or green.all()  # one body in one colour, not a blend
 
 
 def test_faint_frames_do_not_steer_the_fit_and_the_body_stays_drawn():

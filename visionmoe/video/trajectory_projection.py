@@ -9,10 +9,13 @@ on the clean-video estimate ``x0 = x_t - sigma * v`` of the last ``steps`` denoi
 1. decode ``x0`` with the pipeline's VAE; background = per-pixel temporal median; the object's
    soft mask = where a pixel deviates from it by more than 20% of the frame's peak deviation
    (ramping to full at 40%, dilated by one pixel); its track = the centroid of the deviation
-   above half the peak, weighted by the excess (a soft form of the metric's tracker);
+   above half the peak, weighted by the excess (a soft form of the metric's tracker), over one
+   blob of it followed from frame to frame (a ghost beside the ball neither pulls the track nor
+   blends into the template);
 2. fit the **law** to the track: piecewise parabolas with one shared vertical acceleration per
    clip, cut at bounces (:func:`.metrics.bounce_segments`), and straight lines horizontally
-   (``law="gravity"``; ``law="lines"``: no acceleration, the wrong-law control);
+   (``law="gravity"``; ``law="lines"``: no acceleration, the wrong-law control); a bounce frame,
+   which neither parabola fits, lies on whichever of the two is above the floor there;
 3. a **rigid body** keeps its shape: the object's template is the per-pixel median of its
    crops aligned on the track, and each frame is re-drawn as the frame with the object removed
    (its mask filled with the background) plus the template at ``track + strength * (fit - track)``;
@@ -90,6 +93,16 @@ def fit_law_track(y: np.ndarray, x: np.ndarray, law: str = "gravity", t: Optiona
 
     for i, (s, e) in enumerate(segs):
         fy[s:e], fx[s:e] = on_law(np.full(e - s, i), t_all[s:e] - t_all[s])
+    # a point between two segments (a bounce frame, or a segment too short to fit) lies on the
+    # law too: on whichever of the two parabolas is above the floor there (+y down: the smaller y),
+    # horizontally between the two lines
+    for j in range(len(y)):
+        before = [i for i, (s, e) in enumerate(segs) if e <= j]
+        after = [i for i, (s, e) in enumerate(segs) if s > j]
+        if before and after and not any(s <= j < e for s, e in segs):
+            pair = np.array([before[-1], after[0]])
+            ly, lx = on_law(pair, t_all[j] - starts[pair])
+            fy[j], fx[j] = ly.min(), lx.mean()
     if at is None:
         return fy, fx
     seg = np.clip(np.searchsorted(starts, at, side="right") - 1, 0, len(segs) - 1)
@@ -97,15 +110,50 @@ def fit_law_track(y: np.ndarray, x: np.ndarray, law: str = "gravity", t: Optiona
     return fy, fx, ay, ax
 
 
-def _soft_centroids(dev: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
-    """(y, x) [F]: centroids of the colour deviation ``dev`` [F, H, W] above half the frame's
-    peak, weighted by the excess (the mask :func:`.metrics.guarded_track` thresholds, soft)."""
-    peak = dev.reshape(len(dev), -1).max(1)[:, None, None]
-    w = np.maximum(dev - 0.5 * peak, 0.0)
-    H, W = dev.shape[1:]
+def _object_centroids(dev: np.ndarray, shown: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """(y, x) [F] of one object (NaN where a shown frame has none): the centroid of the colour
+    deviation ``dev`` [F, H, W] above half the frame's peak, weighted by the excess (the mask
+    :func:`.metrics.guarded_track` thresholds, soft), over one connected blob of it (the mask
+    dilated by a pixel, so a ball drawn in two pieces stays one). A centroid over the whole frame
+    would sit between two blobs (a ball and a ghost of it) and jump between them, and the
+    template aligned on it would be a grey blend of both. The track starts at the heaviest blob of
+    the frames that show a single one (of all frames if none does) and follows, forward and
+    backward, the blob nearest to the constant-velocity prediction among those at least 30% as
+    heavy as the frame's heaviest."""
+    cv2 = _cv2()
+    F, H, W = dev.shape
     yy, xx = np.mgrid[0:H, 0:W]
-    s = w.sum((1, 2)) + 1e-12
-    return (w * yy).sum((1, 2)) / s, (w * xx).sum((1, 2)) / s
+    peak = dev.reshape(F, -1).max(1)
+    blobs = []  # per frame: [k, 3] rows (mass, y, x)
+    for i in range(F):
+        w = np.maximum(dev[i] - 0.5 * peak[i], 0.0)
+        n, lab = cv2.connectedComponents(cv2.dilate((w > 0).astype(np.uint8), np.ones((3, 3), np.uint8)))
+        mass = np.bincount(lab.ravel(), w.ravel(), n)[1:]
+        my = np.bincount(lab.ravel(), (w * yy).ravel(), n)[1:]
+        mx = np.bincount(lab.ravel(), (w * xx).ravel(), n)[1:]
+        keep = mass > 0
+        b = np.stack([mass[keep], my[keep] / np.maximum(mass[keep], 1e-12), mx[keep] / np.maximum(mass[keep], 1e-12)], 1)
+        blobs.append(b[b[:, 0] >= 0.3 * b[:, 0].max()] if len(b) else b)
+    y, x = np.full(F, np.nan), np.full(F, np.nan)
+    frames = [i for i in range(F) if shown[i] and len(blobs[i])]
+    if not frames:
+        return y, x
+    # start where the object is unambiguous: the heaviest blob among frames that show only one
+    pool = [i for i in frames if len(blobs[i]) == 1] or frames
+    s0 = max(pool, key=lambda i: blobs[i][:, 0].max())
+    y[s0], x[s0] = blobs[s0][blobs[s0][:, 0].argmax(), 1:]
+    for order in (range(s0 + 1, F), range(s0 - 1, -1, -1)):
+        seen = [s0]
+        for i in order:
+            if not (shown[i] and len(blobs[i])):
+                continue
+            p = np.array([y[seen[-1]], x[seen[-1]]])
+            if len(seen) >= 2:  # constant velocity from the last two frames followed
+                a, b = seen[-1], seen[-2]
+                p = p + (p - np.array([y[b], x[b]])) * (i - a) / (a - b)
+            y[i], x[i] = blobs[i][np.hypot(*(blobs[i][:, 1:] - p).T).argmin(), 1:]
+            seen.append(i)
+    return y, x
 
 
 def project_clip(frames: np.ndarray, law: str = "gravity", strength: float = 1.0, radius: Optional[int] = None,
@@ -142,7 +190,10 @@ def project_clip(frames: np.ndarray, law: str = "gravity", strength: float = 1.0
     shown = (peak >= min_peak) & (peak >= faint * np.median(peak))
     if shown.sum() < 5:
         return f, 0.0
-    y, x = _soft_centroids(dev)
+    y, x = _object_centroids(dev, shown)
+    shown &= np.isfinite(y)
+    if shown.sum() < 5:
+        return f, 0.0
     t = np.nonzero(shown)[0]
     ends = np.array([i for i in range(F) if i < t[0] or i > t[-1]], np.int64)
     fy, fx, ey, ex = fit_law_track(y[t], x[t], law, t, at=ends)
