@@ -200,3 +200,12 @@ def test_bad_settings_fail_clearly():
     pipe.scheduler = DDIMScheduler()
     with pytest.raises(ValueError, match="flow-prediction"):
         attach_trajectory_projection(pipe)
+
+
+def test_bench_script_times_both_arms_and_rejects_bad_arguments(load_script, capsys):
+    bench = load_script("bench_trajectory_projection")
+    bench.main(["--num", "2", "--repeats", "1"])
+    out = capsys.readouterr().out
+    assert "| base |" in out and "| trajectory projection (gravity) |" in out and "x base" in out
+    with pytest.raises(SystemExit):
+        bench.main(["--repeats", "0"])
