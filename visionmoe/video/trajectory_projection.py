@@ -65,7 +65,10 @@ def fit_law_track(y: np.ndarray, x: np.ndarray, law: str = "gravity", t: Optiona
     """The law's least-squares fit of a ``[N]`` track (+y down) at frame times ``t`` (default
     0..N-1): ``y`` on piecewise parabolas with one shared acceleration (``"gravity"``) or on
     piecewise lines (``"lines"``), ``x`` on piecewise lines; segments cut at bounces as the metric
-    cuts them. Points outside every segment (the bounce frames) keep their measured value.
+    cuts them. A point between two segments (a bounce frame, or a segment too short to fit) lies
+    on whichever of the two parabolas is above the floor there (+y down: the smaller y),
+    horizontally between the two lines; points before the first or after the last segment keep
+    their measured value.
 
     Returns ``(fy, fx)``; with ``at`` (other frame times) also the law there, ``(fy, fx, ay, ax)``,
     from the first segment before it starts and from the latest segment started otherwise
@@ -93,16 +96,12 @@ def fit_law_track(y: np.ndarray, x: np.ndarray, law: str = "gravity", t: Optiona
 
     for i, (s, e) in enumerate(segs):
         fy[s:e], fx[s:e] = on_law(np.full(e - s, i), t_all[s:e] - t_all[s])
-    # a point between two segments (a bounce frame, or a segment too short to fit) lies on the
-    # law too: on whichever of the two parabolas is above the floor there (+y down: the smaller y),
-    # horizontally between the two lines
-    for j in range(len(y)):
-        before = [i for i, (s, e) in enumerate(segs) if e <= j]
-        after = [i for i, (s, e) in enumerate(segs) if s > j]
-        if before and after and not any(s <= j < e for s, e in segs):
-            pair = np.array([before[-1], after[0]])
-            ly, lx = on_law(pair, t_all[j] - starts[pair])
-            fy[j], fx[j] = ly.min(), lx.mean()
+    for k in range(len(segs) - 1):  # the gap between two segments: on the law (docstring)
+        gap = np.arange(segs[k][1], segs[k + 1][0])
+        if len(gap):
+            ya, xa = on_law(np.full(len(gap), k), t_all[gap] - starts[k])
+            yb, xb = on_law(np.full(len(gap), k + 1), t_all[gap] - starts[k + 1])
+            fy[gap], fx[gap] = np.minimum(ya, yb), 0.5 * (xa + xb)
     if at is None:
         return fy, fx
     seg = np.clip(np.searchsorted(starts, at, side="right") - 1, 0, len(segs) - 1)
