@@ -4,7 +4,7 @@
 
     python scripts/eval_toy_world.py [--num 32] [--seed-sets 900000] [--steps 20] [--scale 1.0]
         [--adapter DIR ...] [--transformer NAME=DIR ...] [--trajectory-guidance S]
-        [--projection LAW[:STRENGTH[:STEPS]] ...] [--out out/toy_world_eval]
+        [--projection LAW[:STRENGTH[:STEPS]][@SPACE] ...] [--out out/toy_world_eval]
 
 Arms: the base model, a scale-0 control (must be bit-identical to the base), every
 ``--adapter`` (default: the shipped one; ``--no-adapter``: none) at ``--scale``, every
@@ -62,19 +62,22 @@ def write_media(ev, out: str, rows: int = 4) -> None:
 
 
 def projection_arm(spec: str) -> E.Arm:
-    """``LAW[:STRENGTH[:STEPS]]`` -> an arm of :mod:`visionmoe.video.trajectory_projection`."""
-    from visionmoe.video.trajectory_projection import LAWS
+    """``LAW[:STRENGTH[:STEPS]][@SPACE]`` -> an arm of :mod:`visionmoe.video.trajectory_projection`."""
+    from visionmoe.video.trajectory_projection import LAWS, SPACES
 
+    spec, _, space = spec.partition("@")
+    space = space or "latent"
     parts = spec.split(":")
-    if len(parts) > 3 or parts[0] not in LAWS:
-        raise ValueError(f"expected LAW[:STRENGTH[:STEPS]] with LAW one of {LAWS}")
+    if len(parts) > 3 or parts[0] not in LAWS or space not in SPACES:
+        raise ValueError(f"expected LAW[:STRENGTH[:STEPS]][@SPACE] with LAW one of {LAWS} and SPACE one of {SPACES}")
     strength = float(parts[1]) if len(parts) > 1 else 1.0
     steps = int(parts[2]) if len(parts) > 2 else 1
-    if not 0.0 <= strength <= 1.0 or steps < 1:
-        raise ValueError("STRENGTH must lie in [0, 1] and STEPS be >= 1")
+    if not 0.0 <= strength <= 1.0 or steps < 1 or (space == "pixels" and steps != 1):
+        raise ValueError("STRENGTH must lie in [0, 1] and STEPS be >= 1 (1 with @pixels)")
     name = f"trajectory projection ({parts[0]}" + (f", strength {strength:g}" if strength != 1 else "") \
-        + (f", last {steps} steps" if steps != 1 else "") + ")"
-    return E.Arm(name, trajectory_projection=parts[0], projection_strength=strength, projection_steps=steps)
+        + (f", last {steps} steps" if steps != 1 else "") + (", pixels" if space == "pixels" else "") + ")"
+    return E.Arm(name, trajectory_projection=parts[0], projection_strength=strength, projection_steps=steps,
+                 projection_space=space)
 
 
 def main(argv=None):
@@ -93,10 +96,11 @@ def main(argv=None):
     p.add_argument("--residual-guidance", type=float, default=0.0)
     p.add_argument("--trajectory-guidance", type=float, default=0.0,
                    help="also score the base model with trajectory-law guidance of this strength (0: no such arm)")
-    p.add_argument("--projection", action="append", default=[], metavar="LAW[:STRENGTH[:STEPS]]",
+    p.add_argument("--projection", action="append", default=[], metavar="LAW[:STRENGTH[:STEPS]][@SPACE]",
                    help="also score the base model with rigid-body trajectory projection (repeatable): LAW gravity "
                         "or lines (the wrong-law control), STRENGTH in [0, 1] (0: rigid shape only; default 1), "
-                        "STEPS the last denoising steps projected (default 1)")
+                        "STEPS the last denoising steps projected (default 1), SPACE latent (default) or pixels "
+                        "(the decoded video)")
     p.add_argument("--window", type=float, nargs=2, default=(0.0, 1.0), metavar=("START", "END"))
     p.add_argument("--no-control", action="store_true", help="skip the scale-0 control arm")
     p.add_argument("--controls", action="store_true", help="also score negative controls of the base clips")

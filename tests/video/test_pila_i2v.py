@@ -71,10 +71,10 @@ def tiny_i2v(version):
 IMAGE = Image.fromarray((np.random.default_rng(0).random((32, 32, 3)) * 255).astype(np.uint8))
 
 
-def run_i2v(pipe, guidance=5.0):
+def run_i2v(pipe, guidance=5.0, output_type="latent"):
     return pipe(image=IMAGE, prompt="a ball falls", negative_prompt="blurry", height=32, width=32, num_frames=9,
                 num_inference_steps=2, guidance_scale=guidance, generator=torch.Generator().manual_seed(0),
-                output_type="latent", max_sequence_length=16).frames
+                output_type=output_type, max_sequence_length=16).frames
 
 
 @pytest.mark.parametrize("version", ["2.1", "2.2"])
@@ -176,3 +176,10 @@ def test_i2v_trajectory_projection_runs_and_steps_zero_is_the_base(version):
     assert not torch.equal(out, base)  # the last step's clean estimate was re-drawn
     detach_trajectory_projection(pipe)
     assert torch.equal(run_i2v(pipe), base)
+    video = run_i2v(pipe, output_type="pt")
+    p = attach_trajectory_projection(pipe, space="pixels")  # the decoded video; the latents stay the base's
+    assert torch.equal(run_i2v(pipe), base)
+    out = run_i2v(pipe, output_type="pt")
+    assert p.calls == 1 and out.shape == video.shape and not torch.equal(out, video)
+    detach_trajectory_projection(pipe)
+    assert torch.equal(run_i2v(pipe, output_type="pt"), video)

@@ -160,6 +160,47 @@ def test_steps_zero_and_detach_are_the_base_pipeline(version):
     assert torch.equal(run(pipe), base)
 
 
+def run_video(pipe, steps=3, callback=None):
+    return pipe(prompt="a ball falls", negative_prompt="", height=32, width=32, num_frames=9,
+                num_inference_steps=steps, guidance_scale=4.0, generator=torch.Generator().manual_seed(0),
+                output_type="pt", max_sequence_length=16, callback_on_step_end=callback).frames
+
+
+@pytest.mark.parametrize("version", ["2.1", "2.2"])
+def test_pixels_project_the_decoded_video_and_leave_the_latents(version):
+    pipe = load_tiny_wan(version)
+    base_latents, base = run(pipe), run_video(pipe)
+    p = attach_trajectory_projection(pipe, space="pixels")
+    assert torch.equal(run(pipe), base_latents) and p.calls == 0  # output_type="latent": nothing decoded
+    seen = []
+
+    def decode_mid_run(pipe_, i, t, kw):  # a decode during denoising is not the output
+        if i < 2:
+            pipe_.vae.decode(kw["latents"], return_dict=False)
+            seen.append(p.calls)
+        return {}
+
+    out = run_video(pipe, callback=decode_mid_run)
+    assert seen == [0, 0] and p.calls == 1 and len(p.shifts) == 1
+    # the expected output: the base's decoded video with project_clip applied, then post-processed
+    vae = pipe.vae
+    mean = torch.tensor(vae.config.latents_mean).view(1, -1, 1, 1, 1)
+    std = torch.tensor(vae.config.latents_std).view(1, -1, 1, 1, 1)
+    with torch.no_grad():
+        video = vae.decode(base_latents * std + mean, return_dict=False)[0]  # p is no longer armed
+    assert p.calls == 1
+    clamped = video.float().clamp(-1, 1)
+    projected, _ = project_clip(clamped[0].permute(1, 2, 3, 0).numpy())
+    expected = video.float() + (torch.from_numpy(projected).permute(3, 0, 1, 2)[None] - clamped)
+    expected = pipe.video_processor.postprocess_video(expected, output_type="pt")
+    assert torch.allclose(out, expected, atol=1e-6) and not torch.equal(out, base)
+    p = attach_trajectory_projection(pipe, steps=0, space="pixels")
+    assert torch.equal(run_video(pipe), base) and p.calls == 0
+    detach_trajectory_projection(pipe)
+    assert "decode" not in vars(pipe.vae) and "step" not in vars(pipe.scheduler)
+    assert torch.equal(run_video(pipe), base)
+
+
 def test_projection_through_the_toy_world_vae_lowers_the_jerk():
     from visionmoe.video.toy_world import load_toy_world
 
@@ -194,9 +235,13 @@ def test_bad_settings_fail_clearly():
         attach_trajectory_projection(pipe, law="orbits")
     with pytest.raises(ValueError, match="strength"):
         attach_trajectory_projection(pipe, strength=1.5)
+    with pytest.raises(ValueError, match="space"):
+        attach_trajectory_projection(pipe, space="voxels")
+    with pytest.raises(ValueError, match="steps must be 0 or 1"):
+        attach_trajectory_projection(pipe, steps=2, space="pixels")
     with pytest.raises(ValueError, match="VAE"):
         attach_trajectory_projection(object())
-    assert "step" not in vars(pipe.scheduler)  # a refused attachment leaves the scheduler alone
+    assert "step" not in vars(pipe.scheduler) and "decode" not in vars(pipe.vae)  # a refused attachment changes nothing
     pipe.scheduler = DDIMScheduler()
     with pytest.raises(ValueError, match="flow-prediction"):
         attach_trajectory_projection(pipe)

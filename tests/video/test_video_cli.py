@@ -254,6 +254,11 @@ def test_generate_with_trajectory_projection(tmp_path, capsys):
     assert cli.main(["generate", *SMALL, "--trajectory-projection", "gravity", "-o", str(out)]) == 0
     assert len(imageio.mimread(out)) == 5
     assert "trajectory projection: gravity law, last step" in capsys.readouterr().out
+    out = tmp_path / "v_pixels.mp4"
+    assert cli.main(["generate", *SMALL, "--trajectory-projection", "lines", "--projection-space", "pixels",
+                     "-o", str(out)]) == 0
+    assert len(imageio.mimread(out)) == 5
+    assert "trajectory projection: lines law, decoded video" in capsys.readouterr().out
 
 
 def test_eval_with_trajectory_projection_arms(tmp_path, capsys):
@@ -262,6 +267,9 @@ def test_eval_with_trajectory_projection_arms(tmp_path, capsys):
                      "gravity", "--trajectory-projection", "lines", "-q", "-o", str(out)]) == 0
     table = (out / "table.md").read_text()
     assert "| trajectory projection (gravity) |" in table and "| trajectory projection (lines) |" in table
+    assert cli.main(["eval", "--num", "1", "--steps", "2", "--batch", "1", "--no-control", "--trajectory-projection",
+                     "gravity", "--projection-space", "pixels", "-q", "-o", str(out)]) == 0
+    assert "| trajectory projection (gravity, pixels) |" in (out / "table.md").read_text()
 
 
 def test_eval_script_projection_specs(load_script):
@@ -270,7 +278,9 @@ def test_eval_script_projection_specs(load_script):
     assert (arm.trajectory_projection, arm.projection_strength, arm.projection_steps) == ("gravity", 0.0, 2)
     assert arm.name == "trajectory projection (gravity, strength 0, last 2 steps)"
     assert projection_arm("lines").name == "trajectory projection (lines)"
-    for bad in ("orbits", "gravity:2", "gravity:1:0", "gravity:1:1:1"):
+    arm = projection_arm("lines:0@pixels")
+    assert (arm.projection_space, arm.name) == ("pixels", "trajectory projection (lines, strength 0, pixels)")
+    for bad in ("orbits", "gravity:2", "gravity:1:0", "gravity:1:1:1", "gravity@voxels", "gravity:1:2@pixels"):
         with pytest.raises(ValueError):
             projection_arm(bad)
 

@@ -208,6 +208,9 @@ def _add_generate(sub) -> None:
                    help="re-draw the moving object as a rigid body on the law's track in the last step's "
                         "clean estimate (gravity: parabolas cut at bounces; lines: no acceleration); one VAE "
                         "decode and two encodes; suits one object on a static background")
+    p.add_argument("--projection-space", choices=["latent", "pixels"], default="latent",
+                   help="where --trajectory-projection acts: the last step's clean latent (latent) or the "
+                        "decoded video (pixels: no VAE passes of its own; the latents stay the base's)")
     p.add_argument("--steps", type=int, help="denoising steps (default: the model's)")
     p.add_argument("--frames", type=int, help="number of frames, 4k+1 (default: the model's)")
     p.add_argument("--height", type=int, help="a multiple of the model's VAE x patch size (default: the model's)")
@@ -346,10 +349,11 @@ def cmd_generate(a) -> int:
         from .trajectory_projection import attach_trajectory_projection
 
         try:
-            attach_trajectory_projection(pipe, law=a.trajectory_projection)
+            attach_trajectory_projection(pipe, law=a.trajectory_projection, space=a.projection_space)
         except ValueError as e:  # e.g. a scheduler that does not predict the flow
             raise UsageError(f"--trajectory-projection: {e}") from None
-        say(f"trajectory projection: {a.trajectory_projection} law, last step")
+        where = "last step" if a.projection_space == "latent" else "decoded video"
+        say(f"trajectory projection: {a.trajectory_projection} law, {where}")
     pipe.set_progress_bar_config(disable=a.quiet, desc="denoising")
     say(f"generating {frames}x{height}x{width}, {steps} steps, guidance {guidance:g}, "
         f"PILA scale {a.scale:g} on {device}")
@@ -391,6 +395,8 @@ def _add_eval(sub) -> None:
     p.add_argument("--trajectory-projection", action="append", choices=["gravity", "lines"], default=[],
                    help="also score the base model with rigid-body trajectory projection under this law "
                         "(repeatable; lines: the wrong-law control)")
+    p.add_argument("--projection-space", choices=["latent", "pixels"], default="latent",
+                   help="where the projection arms act: the last step's clean latent or the decoded video")
     p.add_argument("--window", type=float, nargs=2, default=(0.0, 1.0), metavar=("START", "END"),
                    help="fractions of the steps with the correction")
     p.add_argument("--no-control", action="store_true", help="skip the scale-0 control arm")
@@ -471,7 +477,9 @@ def cmd_eval(a) -> int:
     if a.trajectory_guidance > 0:
         arms.append(E.Arm(f"trajectory guidance {a.trajectory_guidance:g}", trajectory_guidance=a.trajectory_guidance))
     for law in dict.fromkeys(a.trajectory_projection):
-        arms.append(E.Arm(f"trajectory projection ({law})", trajectory_projection=law))
+        suffix = ", pixels" if a.projection_space == "pixels" else ""
+        arms.append(E.Arm(f"trajectory projection ({law}{suffix})", trajectory_projection=law,
+                          projection_space=a.projection_space))
     t0 = time.time()
     progress = None if a.quiet else (
         lambda n, d, t: print(f"{n}: {d}/{t} clips ({time.time() - t0:.0f} s)", file=sys.stderr, flush=True))

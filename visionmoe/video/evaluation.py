@@ -429,7 +429,7 @@ class Arm:
     dict or a ``WanTransformer3DModel`` folder replacing the base transformer's weights;
     ``trajectory_guidance``: the strength of :mod:`.trajectory_guidance` (0: off);
     ``trajectory_projection``: the law of :mod:`.trajectory_projection` (``""``: off), with
-    ``projection_strength`` and ``projection_steps``.
+    ``projection_strength``, ``projection_steps`` and ``projection_space``.
     """
 
     name: str
@@ -442,6 +442,7 @@ class Arm:
     trajectory_projection: str = ""
     projection_strength: float = 1.0
     projection_steps: int = 1
+    projection_space: str = "latent"
 
 
 @dataclass
@@ -578,7 +579,7 @@ def evaluate_toy_world(arms: Optional[Sequence[Arm]] = None, *, model=None, num:
                 attach_trajectory_guidance(pipe, arm.trajectory_guidance)
             if arm.trajectory_projection:
                 attach_trajectory_projection(pipe, arm.projection_steps, arm.trajectory_projection,
-                                             arm.projection_strength)
+                                             arm.projection_strength, arm.projection_space)
             clips[arm.name] = generate_clips(pipe, items, progress=cb(arm.name), **gen)
         finally:
             detach_trajectory_guidance(pipe)
