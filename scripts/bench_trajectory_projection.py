@@ -1,6 +1,6 @@
 #!/usr/bin/env python
-"""Generation time of the toy world with rigid-body trajectory projection against the base
-model (the named baseline), in one process: the same clips, prompts and seeds, alternating
+"""Generation time of the toy world with rigid-body trajectory projection (on the last step's
+clean latent, and on the decoded video) against the base model (the named baseline), in one process: the same clips, prompts and seeds, alternating
 base and projection runs, median over repeats, and the ratio of the medians.
 
     python scripts/bench_trajectory_projection.py [--num 48] [--repeats 3] [--seed 660000]
@@ -47,7 +47,10 @@ def main(argv=None):
     E.generate_clips(pipe, items[:min(8, a.num)])  # warm-up, not timed
     arms = {"base": (lambda: None, lambda: None),
             "trajectory projection (gravity)": (lambda: attach_trajectory_projection(pipe, 1, "gravity"),
-                                                lambda: detach_trajectory_projection(pipe))}
+                                                lambda: detach_trajectory_projection(pipe)),
+            "trajectory projection (gravity, pixels)": (
+                lambda: attach_trajectory_projection(pipe, 1, "gravity", space="pixels"),
+                lambda: detach_trajectory_projection(pipe))}
     if a.guidance_arm:
         arms["trajectory guidance 0.05"] = (lambda: attach_trajectory_guidance(pipe, 0.05),
                                             lambda: detach_trajectory_guidance(pipe))
