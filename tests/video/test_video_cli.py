@@ -253,12 +253,12 @@ def test_generate_with_trajectory_projection(tmp_path, capsys):
     out = tmp_path / "v.mp4"
     assert cli.main(["generate", *SMALL, "--trajectory-projection", "gravity", "-o", str(out)]) == 0
     assert len(imageio.mimread(out)) == 5
-    assert "trajectory projection: gravity law, last step" in capsys.readouterr().out
-    out = tmp_path / "v_pixels.mp4"
-    assert cli.main(["generate", *SMALL, "--trajectory-projection", "lines", "--projection-space", "pixels",
+    assert "trajectory projection: gravity law, decoded video" in capsys.readouterr().out
+    out = tmp_path / "v_latent.mp4"
+    assert cli.main(["generate", *SMALL, "--trajectory-projection", "lines", "--projection-space", "latent",
                      "-o", str(out)]) == 0
     assert len(imageio.mimread(out)) == 5
-    assert "trajectory projection: lines law, decoded video" in capsys.readouterr().out
+    assert "trajectory projection: lines law, last step" in capsys.readouterr().out
 
 
 def test_eval_with_trajectory_projection_arms(tmp_path, capsys):
@@ -266,10 +266,10 @@ def test_eval_with_trajectory_projection_arms(tmp_path, capsys):
     assert cli.main(["eval", "--num", "1", "--steps", "2", "--batch", "1", "--no-control", "--trajectory-projection",
                      "gravity", "--trajectory-projection", "lines", "-q", "-o", str(out)]) == 0
     table = (out / "table.md").read_text()
-    assert "| trajectory projection (gravity) |" in table and "| trajectory projection (lines) |" in table
+    assert "| trajectory projection (gravity, pixels) |" in table and "| trajectory projection (lines, pixels) |" in table
     assert cli.main(["eval", "--num", "1", "--steps", "2", "--batch", "1", "--no-control", "--trajectory-projection",
-                     "gravity", "--projection-space", "pixels", "-q", "-o", str(out)]) == 0
-    assert "| trajectory projection (gravity, pixels) |" in (out / "table.md").read_text()
+                     "gravity", "--projection-space", "latent", "-q", "-o", str(out)]) == 0
+    assert "| trajectory projection (gravity) |" in (out / "table.md").read_text()
 
 
 def test_eval_script_projection_specs(load_script):

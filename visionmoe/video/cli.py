@@ -205,12 +205,12 @@ def _add_generate(sub) -> None:
                    help="trajectory-law guidance strength (0.05 measured on the toy world; one VAE decode "
                         "and backward per step while sigma > 0.4); 0 = off")
     p.add_argument("--trajectory-projection", choices=["off", "gravity", "lines"], default="off",
-                   help="re-draw the moving object as a rigid body on the law's track in the last step's "
-                        "clean estimate (gravity: parabolas cut at bounces; lines: no acceleration); one VAE "
-                        "decode and two encodes; suits one object on a static background")
-    p.add_argument("--projection-space", choices=["latent", "pixels"], default="latent",
-                   help="where --trajectory-projection acts: the last step's clean latent (latent) or the "
-                        "decoded video (pixels: no VAE passes of its own; the latents stay the base's)")
+                   help="re-draw the moving object as a rigid body on the law's track (gravity: parabolas cut "
+                        "at bounces; lines: no acceleration); suits one object on a static background")
+    p.add_argument("--projection-space", choices=["latent", "pixels"], default="pixels",
+                   help="where --trajectory-projection acts: the decoded video (pixels, the default; no VAE "
+                        "passes of its own) or the last step's clean latent (latent: one VAE decode and two "
+                        "encodes, through which the toy world's VAE loses part of the gain)")
     p.add_argument("--steps", type=int, help="denoising steps (default: the model's)")
     p.add_argument("--frames", type=int, help="number of frames, 4k+1 (default: the model's)")
     p.add_argument("--height", type=int, help="a multiple of the model's VAE x patch size (default: the model's)")
@@ -395,8 +395,8 @@ def _add_eval(sub) -> None:
     p.add_argument("--trajectory-projection", action="append", choices=["gravity", "lines"], default=[],
                    help="also score the base model with rigid-body trajectory projection under this law "
                         "(repeatable; lines: the wrong-law control)")
-    p.add_argument("--projection-space", choices=["latent", "pixels"], default="latent",
-                   help="where the projection arms act: the last step's clean latent or the decoded video")
+    p.add_argument("--projection-space", choices=["latent", "pixels"], default="pixels",
+                   help="where the projection arms act: the decoded video (default) or the last step's clean latent")
     p.add_argument("--window", type=float, nargs=2, default=(0.0, 1.0), metavar=("START", "END"),
                    help="fractions of the steps with the correction")
     p.add_argument("--no-control", action="store_true", help="skip the scale-0 control arm")
