@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """Generation time of the toy world with rigid-body trajectory projection (on the last step's
-clean latent, and on the decoded video) against the base model (the named baseline), in one process: the same clips, prompts and seeds, alternating
-base and projection runs, median over repeats, and the ratio of the medians.
+clean latent, and on the decoded video) against the base model (the named baseline), in one
+process: the same clips, prompts and seeds, the arms' runs alternating, median over repeats,
+and the ratio of the medians.
 
     python scripts/bench_trajectory_projection.py [--num 48] [--repeats 3] [--seed 660000]
         [--threads 1] [--guidance-arm]
