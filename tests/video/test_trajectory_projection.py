@@ -199,6 +199,10 @@ def test_pixels_project_the_decoded_video_and_leave_the_latents(version):
     detach_trajectory_projection(pipe)
     assert "decode" not in vars(pipe.vae) and "step" not in vars(pipe.scheduler)
     assert torch.equal(run_video(pipe), base)
+    attach_trajectory_projection(pipe, space="pixels")
+    theirs = pipe.vae.decode = lambda *a, **k: None  # someone else's wrapper, set after attach
+    detach_trajectory_projection(pipe)
+    assert pipe.vae.decode is theirs and "step" not in vars(pipe.scheduler)  # detach removes only its own
 
 
 def test_projection_through_the_toy_world_vae_lowers_the_jerk():

@@ -250,6 +250,7 @@ class TrajectoryProjection:
     calls: int = 0  # projected denoising steps or decoded videos (for tests and logging)
     shifts: List[float] = field(default_factory=list)  # RMS object shift per projected clip, px
     armed: bool = False  # "pixels": the last step has run, the next decode is the output
+    _wrappers: dict = field(default_factory=dict, repr=False)  # what attach set on the scheduler / VAE
 
     def __post_init__(self):
         if not (isinstance(self.steps, (int, np.integer)) and self.steps >= 0):
@@ -363,7 +364,7 @@ def attach_trajectory_projection(pipe, steps: int = 1, law: str = "gravity", str
         proj.armed = proj.space == "pixels" and last
         return result
 
-    sched.step = step
+    sched.step = proj._wrappers["step"] = step
     if space == "pixels":
         decode_base = vae.decode
 
@@ -377,18 +378,17 @@ def attach_trajectory_projection(pipe, steps: int = 1, law: str = "gravity", str
             out.sample = proj.project_video(out.sample)
             return out
 
-        vae.decode = decode
+        vae.decode = proj._wrappers["decode"] = decode
     pipe._trajectory_projection = proj
     return proj
 
 
 def detach_trajectory_projection(pipe) -> None:
     """Remove the projection; the pipeline is the base pipeline again."""
-    sched = getattr(pipe, "scheduler", None)
-    if sched is not None and "step" in vars(sched):
-        del sched.step  # the instance attribute set by attach; the class method is back
-    vae = getattr(pipe, "vae", None)
-    if getattr(pipe, "_trajectory_projection", None) is not None and vae is not None and "decode" in vars(vae):
-        del vae.decode  # likewise for "pixels"
-    if hasattr(pipe, "_trajectory_projection"):
-        del pipe._trajectory_projection
+    proj = getattr(pipe, "_trajectory_projection", None)
+    if proj is None:
+        return
+    for owner, name in ((getattr(pipe, "scheduler", None), "step"), (getattr(pipe, "vae", None), "decode")):
+        if owner is not None and vars(owner).get(name) is proj._wrappers.get(name, False):
+            delattr(owner, name)  # the instance attribute set by attach; the class method is back
+    del pipe._trajectory_projection
