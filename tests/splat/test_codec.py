@@ -303,6 +303,45 @@ def test_prune_refill_keeps_the_variants_rungs(asset, monkeypatch):
     assert res.nbytes <= res.target_bytes
 
 
+def test_prune_search_tops_up_a_winner_that_keeps_every_gaussian():
+    """A winning pruned variant that keeps every one of its Gaussians and leaves more than 1% of
+    its target unused is refilled once more at its rungs, keep count scaled to 99.5% of the
+    target, and kept only if it renders closer within the target. A winner that merges, one
+    within 1% of its target, one the refinement will refine (it needs the headroom) and the
+    unpruned base are left as they are."""
+    from types import SimpleNamespace as NS
+
+    from visionmoe.splat.encoder import prune
+
+    target = 100_000
+
+    def variant(kept, primitives, nbytes, error):
+        enc = NS(nbytes=nbytes, rung=NS(index=(3, 0)), terminal=[0, primitives])
+        return prune.Variant(error, enc, NS(kept=NS(num_gaussians=kept)))
+
+    base = variant(1000, 600, 95_000, 2.0)
+
+    def top_up(best, refill_bytes=99_400, refill_error=0.5):
+        asked = []
+
+        def attempt(m, pin):
+            asked.append((m, pin))
+            return variant(m, m, refill_bytes, refill_error)
+
+        attempt.start = (2, 0)
+        return prune._top_up(best, base, set(), attempt, NS(target=target, refined=lambda v: v is refined)), asked
+
+    winner, refined = variant(900, 900, 98_000, 1.0), variant(900, 900, 98_000, 1.0)
+    best, asked = top_up(winner)
+    assert asked == [(int(900 * prune._TOP_UP_AIM * target / 98_000), (3, 0))] and best.encoding.nbytes == 99_400
+    for refill_bytes, refill_error in ((100_400, 0.5), (99_400, 1.5)):  # past the target; renders worse
+        best, asked = top_up(winner, refill_bytes, refill_error)
+        assert len(asked) == 1 and best is winner
+    for left in (variant(900, 500, 98_000, 1.0), variant(900, 900, 99_100, 1.0), base, refined):
+        best, asked = top_up(left)
+        assert asked == [] and best is left
+
+
 def test_refinement_is_kept_only_when_it_renders_closer(asset, monkeypatch):
     """The default (auto) refinement fits the chosen primitives to the original scene's renders;
     its re-encoding replaces the plain one only if it renders closer on the contribution views."""

@@ -339,9 +339,22 @@ def _encode_at_target(inp: _Inputs, tree: Tree, target: int) -> tuple[Tree, Enco
         job = prune.PruneJob(target, inp.scene.sh_degree, inp.scene.num_gaussians, inp.ref_bytes,
                              lambda sub, pin, start: _allocate(inp, sub, target, times=quiet, pin=pin, start=start,
                                                                fill=False).encoding,
-                             error, opts.prune_search, opts.seed)
+                             error, opts.prune_search, opts.seed, refined=_will_refine(inp))
         best = prune.search_pruning(prune.Variant(float("nan"), enc, tree), base.seeds, job, inp.prog)
     return best.tree, best.encoding
+
+
+def _will_refine(inp: _Inputs):
+    """-> ``refined(variant)``: whether :func:`_refine` will refine a pruning variant's cut. Auto:
+    cuts of at most ``AUTO_REFINE_MAX_PRIMITIVES`` that render below ``AUTO_REFINE_BELOW_DB``,
+    judged here on the search views (the refinement judges its own views)."""
+    steps = inp.opts.refine_steps
+    if steps == 0 or inp.cameras is None:
+        return lambda v: False
+    if steps is not None:
+        return lambda v: True
+    below = 10 ** (-refine.AUTO_REFINE_BELOW_DB / 10)
+    return lambda v: sum(v.encoding.terminal) <= refine.AUTO_REFINE_MAX_PRIMITIVES and v.error > below
 
 
 def _refine(inp: _Inputs, tree: Tree, enc: Encoding, target: int) -> tuple[Tree, Encoding]:
