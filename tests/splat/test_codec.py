@@ -282,8 +282,9 @@ def test_contribution_renders_double_as_references(asset):
 
 def test_prune_refill_keeps_the_variants_rungs(asset, monkeypatch):
     """A pruned variant that leaves budget unused is refilled at its own rungs (no second rung
-    search): the last allocation is pinned to the preset that variant chose. On the asset at
-    22x (format 4.0 sizes) the search refills (4 pruned variants, the last a refill)."""
+    search): the allocation after the variants is pinned to the preset that variant chose. On
+    the asset at 22x (format 4.0 sizes) the search refills (4 pruned variants, then a refill),
+    then tops the winner up at the same rungs with more Gaussians (not refined here)."""
     from visionmoe.splat.encoder import rungs
 
     scene, cams, contrib = asset
@@ -297,9 +298,11 @@ def test_prune_refill_keeps_the_variants_rungs(asset, monkeypatch):
     monkeypatch.setattr(rungs, "allocate_and_encode", spy)
     # coded as given (the trace above was measured in the world frame)
     res = compress(scene, ratio=22, cameras=cams, contributions=contrib, refine_steps=0, frame="world")
-    assert len(calls) == 5 and all(pin is None for pin, _, _ in calls[:4])
-    pin, chosen, size = calls[-1]
+    assert len(calls) == 6 and all(pin is None for pin, _, _ in calls[:4])
+    pin, chosen, size = calls[4]
     assert pin == chosen and pin in [c for _, c, _ in calls[1:4]]
+    top_pin, _, top_size = calls[5]
+    assert top_pin == pin and top_size > size
     assert res.nbytes <= res.target_bytes
 
 
