@@ -344,27 +344,36 @@ def _encode_at_target(inp: _Inputs, tree: Tree, target: int) -> tuple[Tree, Enco
     return best.tree, best.encoding
 
 
+def _refine_steps(inp: _Inputs, primitives: int) -> int:
+    """The refinement's Adam steps for a cut of ``primitives`` (auto: where it stays affordable)."""
+    opts = inp.opts
+    if inp.cameras is None:
+        return 0
+    if opts.refine_steps is not None:
+        return opts.refine_steps
+    auto = opts.psnr is None and primitives <= refine.AUTO_REFINE_MAX_PRIMITIVES
+    return refine.AUTO_REFINE_STEPS if auto else 0
+
+
 def _will_refine(inp: _Inputs):
-    """-> ``refined(variant)``: whether :func:`_refine` will refine a pruning variant's cut. Auto:
-    cuts of at most ``AUTO_REFINE_MAX_PRIMITIVES`` that render below ``AUTO_REFINE_BELOW_DB``,
-    judged here on the search views (the refinement judges its own views)."""
-    steps = inp.opts.refine_steps
-    if steps == 0 or inp.cameras is None:
-        return lambda v: False
-    if steps is not None:
-        return lambda v: True
+    """-> ``refined(variant)``: whether :func:`_refine` will refine a pruning variant's cut. The
+    auto refinement skips cuts rendering above ``AUTO_REFINE_BELOW_DB`` on its own views; judged
+    here on the search views."""
     below = 10 ** (-refine.AUTO_REFINE_BELOW_DB / 10)
-    return lambda v: sum(v.encoding.terminal) <= refine.AUTO_REFINE_MAX_PRIMITIVES and v.error > below
+
+    def refined(v: prune.Variant) -> bool:
+        if not _refine_steps(inp, sum(v.encoding.terminal)):
+            return False
+        return inp.opts.refine_steps is not None or v.error > below
+
+    return refined
 
 
 def _refine(inp: _Inputs, tree: Tree, enc: Encoding, target: int) -> tuple[Tree, Encoding]:
     """Stage 5: the refinement (auto: where it pays and stays affordable), re-encoded within the
     encode's ``target`` bytes."""
-    opts, steps = inp.opts, inp.opts.refine_steps
-    if steps is None:
-        auto = opts.psnr is None and inp.cameras is not None and sum(enc.terminal) <= refine.AUTO_REFINE_MAX_PRIMITIVES
-        steps = refine.AUTO_REFINE_STEPS if auto else 0
-    if not steps or inp.cameras is None:
+    opts, steps = inp.opts, _refine_steps(inp, sum(enc.terminal))
+    if not steps:
         return tree, enc
     job = refine.RefineJob(inp.scene, inp.cameras, steps, opts.device, target,
                            skip_above_db=refine.AUTO_REFINE_BELOW_DB if opts.refine_steps is None else None)
