@@ -5,6 +5,7 @@
 #include <omp.h>
 #endif
 
+#include "codec/rans.h"
 #include "raster/raster.h"
 #include "routing/routing.h"
 
@@ -58,14 +59,20 @@ py::dict build_info() {
   m.def("rasterize_fwd", &ns::rasterize_fwd, kReleaseGil); \
   m.def("rasterize_bwd", &ns::rasterize_bwd, kReleaseGil);
 
+// CPU only: the .pgms entropy coder (one sequential chain per lane).
+#define VM_BIND_CODEC(m, ns)                               \
+  m.def("rans_encode", &ns::rans_encode, kReleaseGil);     \
+  m.def("rans_decode", &ns::rans_decode, kReleaseGil);
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.doc() = "visionmoe compiled ops (routing, rasterisation)";
+  m.doc() = "visionmoe compiled ops (routing, rasterisation, the .pgms rANS coder)";
   m.def("build_info", &build_info, "What this extension was compiled with.");
   auto cpu = m.def_submodule("cpu", "OpenMP CPU kernels");
   VM_BIND_ROUTING(cpu, visionmoe::cpu)
   VM_BIND_RASTER(cpu, visionmoe::cpu)
+  VM_BIND_CODEC(cpu, visionmoe::cpu)
 #ifdef WITH_CUDA
   auto cuda = m.def_submodule("cuda", "CUDA kernels");
   VM_BIND_ROUTING(cuda, visionmoe::cuda)

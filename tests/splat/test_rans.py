@@ -1,4 +1,5 @@
-"""The portable interleaved rANS coder (format 4): round trips, edge cases, corrupt input."""
+"""The portable interleaved rANS coder (format 4): round trips, edge cases, corrupt input, and the
+compiled loops against the numpy reference (the same bytes)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from visionmoe.ops import rans as compiled_ops
 from visionmoe.splat import rans
 
 
@@ -212,3 +214,83 @@ def test_wrong_counts(sample):
         rans.decode(body, len(u), 299)
     with pytest.raises(rans.RansError):
         rans.decode(body, len(u), rans.MAX_ALPHABET + 1)
+
+
+# ----------------------------------------------------------------------------- compiled loops
+
+compiled = pytest.mark.skipif(not compiled_ops.available(), reason="visionmoe._C is not built")
+
+
+def _numpy_only(monkeypatch):
+    monkeypatch.setattr(compiled_ops, "available", lambda: False)
+
+
+@compiled
+@settings(max_examples=120, deadline=None)
+@given(st.integers(1, 5000), st.floats(0.05, 3.0), st.integers(1, 400), st.integers(1, 70),
+       st.integers(0, 2**32 - 1))
+def test_compiled_loops_match_numpy(n, conc, alphabet, lanes, seed):
+    """The C++ loops write the reference's states and words exactly and decode them back."""
+    rng = np.random.default_rng(seed)
+    u = rng.choice(alphabet, size=n, p=rng.dirichlet(np.full(alphabet, conc)))
+    counts = np.bincount(u, minlength=alphabet)
+    precision = max(4, int(np.ceil(np.log2((counts > 0).sum()))) + int(rng.integers(0, 4)))
+    precision = min(precision, rans.MAX_PRECISION)
+    freqs = rans.quantize_frequencies(counts, precision)
+    lanes = min(lanes, n)
+    states, words = compiled_ops.rans_encode(u, freqs, precision, lanes)
+    ref_states, ref_words = rans._encode_lanes(u.astype(np.int64), freqs, precision, lanes)
+    np.testing.assert_array_equal(states, ref_states)
+    np.testing.assert_array_equal(words, ref_words)
+    out, status, _ = compiled_ops.rans_decode(states, words, freqs, precision, n)
+    assert status == compiled_ops.DECODED
+    np.testing.assert_array_equal(out, u)
+    np.testing.assert_array_equal(rans._decode_lanes(states.astype(np.uint64), words.astype(np.uint64), freqs,
+                                                     precision, n), u)
+
+
+@compiled
+def test_compiled_and_numpy_write_the_same_bytes(monkeypatch, sample):
+    u, body = sample
+    for lanes in (1, 5, 8, 64, None):
+        compiled_body = rans.encode(u, 300, lanes=lanes)
+        with monkeypatch.context() as m:
+            _numpy_only(m)
+            assert rans.encode(u, 300, lanes=lanes) == compiled_body
+
+
+@pytest.mark.parametrize("loops", ["compiled", "numpy"])
+@pytest.mark.parametrize("patch", [
+    lambda b: b[:-2],  # a word missing: the words run out
+    lambda b: b + b"\0\0",  # an unused word
+    lambda b: b[:rans.HEADER.size + struct.unpack_from("<I", b, 4)[0]] + struct.pack("<I", 1 << 16)
+    + b[rans.HEADER.size + struct.unpack_from("<I", b, 4)[0] + 4:],  # lane 0's state replaced
+])
+def test_both_loops_reject_corrupt_words(monkeypatch, sample, loops, patch):
+    if loops == "numpy":
+        _numpy_only(monkeypatch)
+    elif not compiled_ops.available():
+        pytest.skip("visionmoe._C is not built")
+    u, body = sample
+    with pytest.raises(rans.RansError, match="words|initial state"):
+        rans.decode(patch(body), len(u), 300)
+
+
+def test_numpy_fallback_roundtrips(monkeypatch):
+    _numpy_only(monkeypatch)
+    rng = np.random.default_rng(8)
+    for lanes in (1, 7, 8, 300):
+        roundtrip(rng.choice(60, size=4000, p=rng.dirichlet(np.ones(60))), lanes=lanes)
+
+
+@compiled
+def test_compiled_loops_check_their_arguments():
+    freqs = rans.quantize_frequencies(np.array([3, 0, 5]), 8)  # symbol 1 has frequency 0
+    with pytest.raises(RuntimeError, match="frequency 0"):
+        compiled_ops.rans_encode(np.array([0, 1, 2]), freqs, 8, 1)
+    with pytest.raises(RuntimeError, match="sum to 2\\^precision"):
+        compiled_ops.rans_encode(np.array([0, 2]), freqs, 9, 1)
+    with pytest.raises(RuntimeError, match="lanes"):
+        compiled_ops.rans_encode(np.array([0, 2]), freqs, 8, 3)
+    with pytest.raises(RuntimeError, match="lane state"):
+        compiled_ops.rans_decode(np.array([5]), np.zeros(0, np.uint16), freqs, 8, 1)

@@ -10,8 +10,11 @@ JavaScript implementation. Parameters:
   stream (varint table, optionally zstd-compressed), so no floating point is involved anywhere.
 * **Lanes** ``N`` (1-65535, chosen by the encoder from the stream's estimated size): symbol
   ``i`` goes to lane ``i mod N``; each lane has its own state, and the lanes share one word
-  stream in a fixed order (symbol order), so the decoder needs no per-lane lengths. Vectorising
-  over the lanes makes the numpy encoder and decoder fast (one Python step per ``N`` symbols).
+  stream in a fixed order (symbol order), so the decoder needs no per-lane lengths.
+
+The loops over the symbols run compiled where the extension is built (``visionmoe.ops.rans``:
+the same bytes, several times faster); the numpy loops here (vectorised over the
+lanes) are the fallback and the reference the tests compare the compiled ones with.
 
 Body layout (all little-endian)::
 
@@ -35,6 +38,8 @@ from __future__ import annotations
 import struct
 
 import numpy as np
+
+from ..ops import rans as compiled_ops
 
 __all__ = ["RansError", "encode", "decode", "quantize_frequencies", "choose_lanes", "MAX_PRECISION",
            "MAX_ALPHABET", "MAX_LANES"]
@@ -224,13 +229,32 @@ def encode(u: np.ndarray, alphabet: int, *, precision: int | None = None, lanes:
         lanes = choose_lanes(_cost_bits(counts, freqs, precision) / 8, n)
     if not 1 <= lanes <= min(n, MAX_LANES):
         raise ValueError(f"lanes {lanes} outside [1, min(n, {MAX_LANES})]")
-    states, words = _encode_lanes(u, freqs, precision, lanes)
+    states, words = _encode_loop(u, freqs, precision, lanes)
     return (HEADER.pack(lanes, precision, tcoder, len(table)) + table + states.astype("<u4").tobytes()
             + words.astype("<u2").tobytes())
 
 
 # below this many lanes a plain Python loop over the symbols beats numpy steps over the lanes
 _SCALAR_LANES = 8
+
+
+def _encode_loop(u: np.ndarray, freqs: np.ndarray, precision: int, lanes: int):
+    if compiled_ops.available():
+        return compiled_ops.rans_encode(u, freqs, precision, lanes)
+    return _encode_lanes(u, freqs, precision, lanes)
+
+
+def _decode_loop(x: np.ndarray, words: np.ndarray, freqs: np.ndarray, precision: int, n: int) -> np.ndarray:
+    if not compiled_ops.available():
+        return _decode_lanes(x, words, freqs, precision, n)
+    out, status, detail = compiled_ops.rans_decode(x, words, freqs, precision, n)
+    if status == compiled_ops.WORDS_EXHAUSTED:
+        raise RansError(f"rANS word stream exhausted at symbol {detail} ({len(words)} words)")
+    if status == compiled_ops.WORDS_UNUSED:
+        raise RansError(f"rANS stream has {detail} unused words")
+    if status == compiled_ops.BAD_FINAL_STATE:
+        raise RansError("rANS lanes do not end in the initial state (corrupt stream)")
+    return out
 
 
 def _encode_lanes(u: np.ndarray, freqs: np.ndarray, precision: int, lanes: int):
@@ -327,7 +351,7 @@ def decode(body: bytes, n: int, alphabet: int) -> np.ndarray:
     if int(x.min()) < STATE_LOW:
         raise RansError("rANS lane state below 2^16")
     words = np.frombuffer(mv[pos:], dtype="<u2").astype(np.uint64)
-    return _decode_lanes(x, words, freqs, precision, n)
+    return _decode_loop(x, words, freqs, precision, n)
 
 
 def _unzstd_table(b: bytes, limit: int) -> bytes:
