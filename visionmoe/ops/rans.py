@@ -2,8 +2,8 @@
 
 ``visionmoe.splat.rans`` owns the format (tables, headers, checks) and keeps numpy loops as
 the reference and as the fallback where the extension is not built; these are the same loops
-in C++ (``csrc/codec/rans_cpu.cpp``), byte for byte: 4-8x faster to encode and 7-34x to decode
-a stream of 60k-500k symbols, tables included (``scripts/bench_rans.py``).
+in C++ (``csrc/codec/rans_cpu.cpp``), byte for byte, several times faster (docs/OPS.md,
+``scripts/bench_rans.py``).
 """
 
 from __future__ import annotations
