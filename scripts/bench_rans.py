@@ -12,28 +12,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
-import statistics
-import time
 from contextlib import contextmanager
 
 import numpy as np
-import torch
+from bench_routing import machine, median_time  # the benchmarks' timing rule and machine line
 
 from visionmoe.ops import rans as compiled_ops
 from visionmoe.splat import rans
 from visionmoe.splat.decode import decompress
-
-
-def median_time(fn, repeats: int, warmup: int = 1) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 @contextmanager
@@ -44,12 +30,6 @@ def numpy_loops():
         yield
     finally:
         compiled_ops.available = available
-
-
-def machine() -> str:
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    return (f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
-            f"{torch.get_num_threads()} threads, load average {load:.2f} at start")
 
 
 def main() -> None:
