@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ._backend import _load
+from ._backend import _load, extension
 
 # status codes of rans_decode
 DECODED, WORDS_EXHAUSTED, WORDS_UNUSED, BAD_FINAL_STATE = 0, 1, 2, 3
@@ -23,18 +23,12 @@ def available() -> bool:
     return module is not None and hasattr(module.cpu, "rans_encode")
 
 
-def _kernels():
-    from ._backend import extension
-
-    return extension().cpu
-
-
 def rans_encode(symbols: np.ndarray, freqs: np.ndarray, precision: int, lanes: int) -> tuple[np.ndarray, np.ndarray]:
     """Code ``symbols`` [n] (each with ``freqs[s] > 0``; ``freqs`` sums to ``2^precision``) on
     ``lanes`` lanes -> (final lane states [lanes] uint32, words [W] uint16 in decoder order)."""
     u = torch.from_numpy(np.ascontiguousarray(symbols, dtype=np.int64))
     f = torch.from_numpy(np.ascontiguousarray(freqs, dtype=np.int64))
-    states, words = _kernels().rans_encode(u, f, int(precision), int(lanes))
+    states, words = extension().cpu.rans_encode(u, f, int(precision), int(lanes))
     return states.numpy().astype(np.uint32), words.numpy().astype(np.uint16)
 
 
@@ -46,6 +40,6 @@ def rans_decode(states: np.ndarray, words: np.ndarray, freqs: np.ndarray, precis
     x = torch.from_numpy(np.ascontiguousarray(states, dtype=np.int64))
     w = torch.from_numpy(np.ascontiguousarray(words, dtype=np.int32))
     f = torch.from_numpy(np.ascontiguousarray(freqs, dtype=np.int64))
-    symbols, status = _kernels().rans_decode(x, w, f, int(precision), int(n))
+    symbols, status = extension().cpu.rans_decode(x, w, f, int(precision), int(n))
     code, detail = (int(v) for v in status)
     return symbols.numpy().astype(np.uint64), code, detail
