@@ -246,7 +246,7 @@ def _encode_loop(u: np.ndarray, freqs: np.ndarray, precision: int, lanes: int):
 
 def _decode_loop(x: np.ndarray, words: np.ndarray, freqs: np.ndarray, precision: int, n: int) -> np.ndarray:
     if not compiled_ops.available():
-        return _decode_lanes(x, words, freqs, precision, n)
+        return _decode_lanes(x, words.astype(np.uint64), freqs, precision, n)
     out, status, detail = compiled_ops.rans_decode(x, words, freqs, precision, n)
     if status == compiled_ops.WORDS_EXHAUSTED:
         raise RansError(f"rANS word stream exhausted at symbol {detail} ({len(words)} words)")
@@ -350,7 +350,7 @@ def decode(body: bytes, n: int, alphabet: int) -> np.ndarray:
         raise RansError("rANS word stream has an odd number of bytes")
     if int(x.min()) < STATE_LOW:
         raise RansError("rANS lane state below 2^16")
-    words = np.frombuffer(mv[pos:], dtype="<u2").astype(np.uint64)
+    words = np.frombuffer(mv[pos:], dtype="<u2")
     return _decode_loop(x, words, freqs, precision, n)
 
 
