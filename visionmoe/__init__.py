@@ -16,7 +16,7 @@ import importlib
 import logging
 from typing import TYPE_CHECKING
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 __all__ = ["__version__", "ops", "splat", "video"]
 
