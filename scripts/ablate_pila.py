@@ -14,7 +14,7 @@ S stage-3 steps), ``finetune`` (the base transformer itself fine-tuned with the 
 loss for S steps). Budgets and wall times go to ``WORK/<arm>/budget.json``.
 
 ``--apply-to each_branch`` trains the adapter arms to correct every transformer call (the
-conditional velocity with 10% empty prompts, no guided target; see ``visionmoe.video.attach``)
+conditional velocity with 10% empty prompts, no guided target; see ``visionmoe.video.hooks.pila``)
 into ``WORK/<arm>_eb``; evaluate them with ``--arms pila_eb plain_eb ...``. ``--rollout-steps k``
 trains stage 3 on the sampler's own states (suffix ``_rk``).
 """
@@ -57,8 +57,10 @@ def common(a, pipe_dir):
 
 
 def train_arm(a):
-    from visionmoe.video.train import TrainConfig, load_backbone, train
-    from visionmoe.video.toy_world import TOY_WORLD_PATH
+    from visionmoe.video.training.backbone import load_backbone
+    from visionmoe.video.training.config import TrainConfig
+    from visionmoe.video.training.loop import train
+    from visionmoe.video.models.toy_world import TOY_WORLD_PATH
 
     pipe_dir = str(TOY_WORLD_PATH)
     pipe = load_backbone(pipe_dir)
@@ -81,7 +83,7 @@ def train_arm(a):
             res = train(cfg, pipe=pipe)
             base.pop("data", None)
             prev = res.adapter_dir
-        from visionmoe.video.adapter import PILAAdapter
+        from visionmoe.video.pila.adapter import PILAAdapter
 
         ad = PILAAdapter.from_pretrained(prev)
         info = dict(adapter_dir=prev, params=n_params(ad), stages=stages)
@@ -98,9 +100,11 @@ def finetune(a, pipe, base):
     base's own recipe for guidance (10% empty prompts) and ``--finetune-lr``."""
     import torch.nn.functional as F
 
-    from visionmoe.video.data import LatentCache, collate
-    from visionmoe.video.train import (TrainConfig, _mix, batch_indices, empty_prompt_embedding, prepare_cache,
-                                       sample_sigmas)
+    from visionmoe.video.data.cache import LatentCache, collate
+    from visionmoe.video.training.backbone import empty_prompt_embedding
+    from visionmoe.video.training.config import TrainConfig
+    from visionmoe.video.training.loop import prepare_cache
+    from visionmoe.video.training.sampling import _mix, batch_indices, sample_sigmas
 
     base = {k: v for k, v in base.items() if k != "apply_to"}
     if a.rollout_steps:
@@ -196,7 +200,7 @@ def main(argv=None):
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
     if a.what == "clips":
-        from visionmoe.video.synthetic import write_dataset
+        from visionmoe.video.data.synthetic import write_dataset
 
         write_dataset(os.path.join(a.work, "clips"), a.num_clips, seed=1, scenarios=["free_fall", "bounce"])
     elif a.what == "train":

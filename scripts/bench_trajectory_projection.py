@@ -39,9 +39,9 @@ def main(argv=None):
     torch.set_num_threads(a.threads)
 
     from visionmoe.video import evaluation as E
-    from visionmoe.video.toy_world import load_toy_world
-    from visionmoe.video.trajectory_guidance import attach_trajectory_guidance, detach_trajectory_guidance
-    from visionmoe.video.trajectory_projection import attach_trajectory_projection, detach_trajectory_projection
+    from visionmoe.video.models.toy_world import load_toy_world
+    from visionmoe.video.hooks.trajectory_guidance import attach_trajectory_guidance, detach_trajectory_guidance
+    from visionmoe.video.hooks.trajectory_projection import attach_trajectory_projection, detach_trajectory_projection
 
     pipe = load_toy_world()
     items = E.toy_world_items(a.num, a.seed)

@@ -4,7 +4,7 @@
 1. what the compiled extension contains, and a label-prior-masked MoE routing example;
 2. PGMS: compress the scene in assets/, decode it, write a side-by-side PNG (out/demo_splat.png);
 3. PILA: generate physics clips with the toy world model shipped in the package
-   (visionmoe/video/assets/toy_world) with and without its trained PILA adapter (and the scale-0
+   (visionmoe/video/models/assets/toy_world) with and without its trained PILA adapter (and the scale-0
    control), write both mp4 files, the strip image and the physics-metric table (out/demo_video/).
 """
 

@@ -90,10 +90,10 @@ class _Recorder:
 def record(a):
     from diffusers.hooks import HookRegistry
 
-    from visionmoe.video.evaluation import generate_clips, toy_world_items
-    from visionmoe.video.labels import resolve_prior
-    from visionmoe.video.toy_world import load_toy_world
-    from visionmoe.video.trajectory_guidance import TrajectoryGuidance
+    from visionmoe.video.evaluation.toy_world import generate_clips, toy_world_items
+    from visionmoe.video.pila.labels import resolve_prior
+    from visionmoe.video.models.toy_world import load_toy_world
+    from visionmoe.video.hooks.trajectory_guidance import TrajectoryGuidance
 
     torch.set_num_threads(a.threads)
     pipe = load_toy_world()
@@ -147,7 +147,7 @@ def load_records(work: str) -> dict:
 
 
 def train(a):
-    from visionmoe.video.adapter import PILAAdapter
+    from visionmoe.video.pila.adapter import PILAAdapter
 
     torch.set_num_threads(a.threads)
     d = load_records(a.work)

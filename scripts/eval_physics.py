@@ -25,7 +25,9 @@ import sys
 
 import numpy as np
 
-from visionmoe.video import metrics as M
+from visionmoe.video.evaluation import benchmarks as B
+from visionmoe.video.evaluation import controls as C
+from visionmoe.video.evaluation import metrics as M
 
 COLUMNS = ["warp_error", "warp_unexplained", "flicker", "motion", "accel_inconsistency", "tangential_accel",
            "gravity_accel", "gravity_residual_quadratic", "gravity_residual_linear", "gravity_restitution",
@@ -90,8 +92,8 @@ def main(argv=None):
             frames = read_frames(os.path.join(a.videos, name))
             variants = [("", frames)]
             if a.controls:
-                variants += [(" [shuffled]", M.shuffle_frames(frames)), (" [reversed]", M.reverse_frames(frames)),
-                             (" [dropped]", M.drop_frames(frames))]
+                variants += [(" [shuffled]", C.shuffle_frames(frames)), (" [reversed]", C.reverse_frames(frames)),
+                             (" [dropped]", C.drop_frames(frames))]
             for tag, fr in variants:
                 rows.append({"video": name + tag, **M.score_video(fr)})
             readable.append(name)
@@ -140,10 +142,10 @@ def main(argv=None):
             m = re.search(r"\d+", name)
             mapping[int(m.group()) if m else i] = os.path.join(a.videos, name)
         if a.phygenbench_prompts:
-            out = M.export_phygenbench(a.phygenbench_prompts, mapping, os.path.join(a.export_dir, "phygenbench"))
+            out = B.export_phygenbench(a.phygenbench_prompts, mapping, os.path.join(a.export_dir, "phygenbench"))
             print(f"PhyGenBench layout: {out}")
         if a.videophy2_prompts:
-            out = M.export_videophy2(a.videophy2_prompts, mapping, os.path.join(a.export_dir, "videophy2"))
+            out = B.export_videophy2(a.videophy2_prompts, mapping, os.path.join(a.export_dir, "videophy2"))
             print(f"VideoPhy-2 input csv: {out}")
     return 0
 

@@ -29,13 +29,14 @@ import torch
 
 
 from visionmoe.video import evaluation as E  # noqa: E402
-from visionmoe.video import metrics as M  # noqa: E402
-from visionmoe.video.toy_world import TOY_WORLD_DEFAULTS, toy_world_adapter_path  # noqa: E402
+from visionmoe.video.evaluation import controls as C  # noqa: E402
+from visionmoe.video.evaluation import metrics as M  # noqa: E402
+from visionmoe.video.models.toy_world import TOY_WORLD_DEFAULTS, toy_world_adapter_path  # noqa: E402
 
-CONTROLS = {"fade 0.7": lambda f: M.fade_object(f, 0.7), "shrink 1 px": M.shrink_object,
-            "hide 4 frames": lambda f: M.hide_object(f, (6, 7, 8, 9)), "drop 2 frames": M.drop_frames,
-            "skip 2 frames": M.skip_frames,
-            "freeze at 9": lambda f: M.freeze_motion(f, 9)}
+CONTROLS = {"fade 0.7": lambda f: C.fade_object(f, 0.7), "shrink 1 px": C.shrink_object,
+            "hide 4 frames": lambda f: C.hide_object(f, (6, 7, 8, 9)), "drop 2 frames": C.drop_frames,
+            "skip 2 frames": C.skip_frames,
+            "freeze at 9": lambda f: C.freeze_motion(f, 9)}
 
 
 def write_media(ev, out: str, rows: int = 4) -> None:
@@ -43,7 +44,7 @@ def write_media(ev, out: str, rows: int = 4) -> None:
     import imageio.v2 as imageio
     import numpy as np
 
-    from visionmoe.video.synthetic import write_video
+    from visionmoe.video.data.synthetic import write_video
 
     show = [n for n in ev.clips if not n.startswith("simulator")]
     n = min(rows, len(ev.items))
@@ -62,8 +63,9 @@ def write_media(ev, out: str, rows: int = 4) -> None:
 
 
 def projection_arm(spec: str) -> E.Arm:
-    """``LAW[:STRENGTH[:STEPS]][@SPACE]`` -> an arm of :mod:`visionmoe.video.trajectory_projection`."""
-    from visionmoe.video.trajectory_projection import LAWS, SPACES
+    """``LAW[:STRENGTH[:STEPS]][@SPACE]`` -> an arm of :mod:`visionmoe.video.hooks.trajectory_projection`."""
+    from visionmoe.video.hooks.trajectory_projection import SPACES
+    from visionmoe.video.physics.laws import LAWS
 
     spec, _, space = spec.partition("@")
     space = space or "latent"

@@ -29,15 +29,16 @@ BANDS = {"all": (0.0, 1.01), "sigma < 0.3": (0.0, 0.3), "0.3-0.7": (0.3, 0.7), "
 
 
 def _config(cache: str):
-    from visionmoe.video.train import TrainConfig
+    from visionmoe.video.training.config import TrainConfig
 
     return TrainConfig(stage=3, output_dir="unused", cache_dir=cache, max_sequence_length=512, sigma_shift=6.0)
 
 
 def _noised_batches(pipe, cache: str, n: int, seed: int, batch: int = 8):
     """(x_t, conditional velocity, flow target, sigma, text) of the first ``n`` clips, fixed noise."""
-    from visionmoe.video.data import LatentCache, collate
-    from visionmoe.video.train import backbone_velocity, sample_sigmas
+    from visionmoe.video.data.cache import LatentCache, collate
+    from visionmoe.video.training.backbone import backbone_velocity
+    from visionmoe.video.training.sampling import sample_sigmas
 
     ds, cfg = LatentCache(cache), _config(cache)
     n = min(n, len(ds))
@@ -68,8 +69,8 @@ def calibrate(W: torch.Tensor, x_t, v, sigma) -> torch.Tensor:
 
 
 def fit(a) -> None:
-    from visionmoe.video.toy_world import TOY_WORLD_PATH
-    from visionmoe.video.train import load_backbone
+    from visionmoe.video.models.toy_world import TOY_WORLD_PATH
+    from visionmoe.video.training.backbone import load_backbone
 
     pipe = load_backbone(str(TOY_WORLD_PATH))
     A = B = None
@@ -99,10 +100,12 @@ def _named(pairs):
 def loss(a) -> None:
     from diffusers import WanTransformer3DModel
 
-    from visionmoe.video.adapter import PILAAdapter
-    from visionmoe.video.synthetic import write_dataset
-    from visionmoe.video.toy_world import TOY_WORLD_PATH
-    from visionmoe.video.train import TrainConfig, load_backbone, prepare_cache
+    from visionmoe.video.pila.adapter import PILAAdapter
+    from visionmoe.video.data.synthetic import write_dataset
+    from visionmoe.video.models.toy_world import TOY_WORLD_PATH
+    from visionmoe.video.training.backbone import load_backbone
+    from visionmoe.video.training.config import TrainConfig
+    from visionmoe.video.training.loop import prepare_cache
 
     pipe = load_backbone(str(TOY_WORLD_PATH))
     cache = a.cache or os.path.join(a.heldout, "cache")  # --cache: score training clips instead
@@ -140,7 +143,7 @@ def loss(a) -> None:
 
 def evaluate(a) -> None:
     from visionmoe.video import evaluation as E
-    from visionmoe.video.adapter import PILAAdapter, PILAOutput
+    from visionmoe.video.pila.adapter import PILAAdapter, PILAOutput
 
     W = torch.load(a.calibration)
 

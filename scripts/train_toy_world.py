@@ -1,8 +1,8 @@
 #!/usr/bin/env python
-"""Train the toy physics world model shipped in ``visionmoe/video/assets/toy_world`` (a real diffusers Wan 2.1 pipeline).
+"""Train the toy physics world model shipped in ``visionmoe/video/models/assets/toy_world`` (a real diffusers Wan 2.1 pipeline).
 
 Everything is built offline from configs and trained from scratch on procedural clips of
-``visionmoe.video.synthetic`` (64x64, 17 frames, one ball falling or bouncing, captioned with
+``visionmoe.video.data.synthetic`` (64x64, 17 frames, one ball falling or bouncing, captioned with
 its colour):
 
 1. ``vae``: ``AutoencoderKLWan`` (4x spatial, 4x temporal compression, 16 latent channels)
@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 
 
-from visionmoe.video.synthetic import generate_clip  # noqa: E402
+from visionmoe.video.data.synthetic import generate_clip  # noqa: E402
 
 MAX_SEQ = 512  # WanPipeline's default max_sequence_length: the transformer sees this many text tokens
 
@@ -353,7 +353,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--phase", default="all", choices=["vae", "cache", "dit", "export", "all"])
     p.add_argument("--work", default="out/toy_world_train", help="checkpoints and caches")
-    p.add_argument("--export", default="visionmoe/video/assets/toy_world")
+    p.add_argument("--export", default="visionmoe/video/models/assets/toy_world")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--num-clips", type=int, default=1200)
     p.add_argument("--scenarios", default="free_fall,bounce")

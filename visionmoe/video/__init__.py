@@ -4,29 +4,36 @@ Public API::
 
     from visionmoe.video import PILAAdapter, attach_pila, detach_pila, WanPILAPipeline
 
-Modules: ``taxonomy`` (categories, benchmark mappings), ``labels`` (category priors),
-``fields`` (anchored field estimation, attribute bank), ``experts`` (operator experts,
-masked routing), ``residuals`` (physical-law residuals, pure functions), ``adapter``
-(``PILAAdapter``), ``attach`` (diffusers hooks), ``pipeline`` (``WanPILAPipeline``), ``tiny``
-(the embedded offline Wan used by tests and the demo).
+Rooms, one job each: ``pila`` (the adapter: taxonomy, category priors, fields, experts,
+residuals, ``PILAAdapter``, config validation), ``hooks`` (everything that attaches to a
+diffusers pipeline: PILA, trajectory guidance, trajectory projection), ``pipelines``
+(``WanPILAPipeline``), ``physics`` (tracking and law fits shared by hooks and evaluation),
+``models`` (the shipped toy world and the tiny test Wan), ``data`` (manifests, decoding, the
+latent cache, procedural clips), ``training`` (staged training), ``evaluation`` (CPU physics
+proxies, the guarded toy-world evaluation) and ``cli`` (``visionmoe-video``; nothing imports it).
 """
 
 from importlib import import_module
 
 _EXPORTS = {
-    "PILAAdapter": "adapter",
-    "PILAOutput": "adapter",
-    "AttributeBank": "fields",
-    "attach_pila": "attach",
-    "detach_pila": "attach",
-    "is_attached": "attach",
-    "WanPILAPipeline": "pipeline",
-    "load_adapter": "pipeline",
-    "load_tiny_wan": "tiny",
-    "classify_prompt": "labels",
-    "CATEGORY_NAMES": "taxonomy",
-    "SLOTS": "taxonomy",
-    "evaluate_toy_world": "evaluation",
+    "PILAAdapter": "pila.adapter",
+    "PILAOutput": "pila.adapter",
+    "AttributeBank": "pila.fields",
+    "attach_pila": "hooks.pila",
+    "detach_pila": "hooks.pila",
+    "is_attached": "hooks.pila",
+    "attach_trajectory_guidance": "hooks.trajectory_guidance",
+    "detach_trajectory_guidance": "hooks.trajectory_guidance",
+    "attach_trajectory_projection": "hooks.trajectory_projection",
+    "detach_trajectory_projection": "hooks.trajectory_projection",
+    "WanPILAPipeline": "pipelines.wan_pila",
+    "load_adapter": "pipelines.wan_pila",
+    "load_tiny_wan": "models.tiny",
+    "load_toy_world": "models.toy_world",
+    "classify_prompt": "pila.labels",
+    "CATEGORY_NAMES": "pila.taxonomy",
+    "SLOTS": "pila.taxonomy",
+    "evaluate_toy_world": "evaluation.toy_world",
 }
 
 __all__ = sorted(_EXPORTS)
