@@ -13,6 +13,7 @@ import shutil
 
 import torch
 from setuptools import find_packages, setup
+from setuptools.command.build_py import build_py
 
 
 def _locate_cuda_home() -> None:
@@ -81,6 +82,50 @@ def extension():
     )
 
 
+# The viewer page's files (web/viewer, and the decoder it imports from web/src) are package data
+# of visionmoe.splat.viewer, in its site/ folder (git-ignored): copied there in a wheel, linked
+# back into web/ by an editable or in-place build (so that an edit under web/ shows at once).
+# The npm packages (web/node_modules) are not package data: the viewer takes them from web/.
+VIEWER_SITE = os.path.join("visionmoe", "splat", "viewer", "site")
+VIEWER_FOLDERS = ("viewer", "src")
+
+
+def stage_viewer_site(dest: str, link: bool) -> None:
+    os.makedirs(dest, exist_ok=True)
+    for name in VIEWER_FOLDERS:
+        source, target = os.path.join(HERE, "web", name), os.path.join(dest, name)
+        if not os.path.isdir(source):  # not a source checkout (an sdist without web/): no page
+            continue
+        if os.path.islink(target) or os.path.isfile(target):
+            os.unlink(target)
+        elif os.path.isdir(target):
+            shutil.rmtree(target)
+        if link:
+            os.symlink(os.path.relpath(source, dest), target)
+        else:
+            shutil.copytree(source, target, ignore=shutil.ignore_patterns("*.pgms"))
+
+
+class BuildPy(build_py):
+    """build_py that also puts the viewer page into the package (see ``stage_viewer_site``)."""
+
+    def run(self):
+        super().run()
+        if getattr(self, "editable_mode", False):
+            stage_viewer_site(os.path.join(HERE, VIEWER_SITE), link=True)
+        else:
+            stage_viewer_site(os.path.join(self.build_lib, VIEWER_SITE), link=False)
+
+
+class BuildExt(BuildExtension.with_options(use_ninja=True)):
+    """build_ext; ``--inplace`` (the Makefile's build) also links the viewer page into the package."""
+
+    def run(self):
+        super().run()
+        if self.inplace:
+            stage_viewer_site(os.path.join(HERE, VIEWER_SITE), link=True)
+
+
 # VISIONMOE_SKIP_EXT=1: install the Python package only (the Makefile builds _C in place
 # with `setup.py build_ext --inplace`, so the editable install need not compile it twice).
 SKIP_EXT = os.environ.get("VISIONMOE_SKIP_EXT", "0") == "1"
@@ -88,5 +133,5 @@ SKIP_EXT = os.environ.get("VISIONMOE_SKIP_EXT", "0") == "1"
 setup(
     packages=find_packages(include=["visionmoe", "visionmoe.*"]),
     ext_modules=[] if SKIP_EXT else [extension()],
-    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
+    cmdclass={"build_ext": BuildExt, "build_py": BuildPy},
 )

@@ -47,9 +47,10 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 
+from visionmoe.splat import compress, decompress  # noqa: E402
 from visionmoe.splat.cameras import scene_frame, transform_cameras  # noqa: E402
+from visionmoe.splat.encoder.compress import reference_ply_bytes  # noqa: E402
 from visionmoe.splat.memory import keep_freed_memory  # noqa: E402
-from visionmoe.splat.codec import compress, decompress, reference_ply_bytes  # noqa: E402
 from visionmoe.splat.evaluation import (  # noqa: E402
     check_disjoint, encoder_cameras, heldout_cameras, invariance_transforms, transform_scene,
 )

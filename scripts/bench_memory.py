@@ -60,7 +60,7 @@ def child(args) -> None:
 
     torch.set_num_threads(args.threads)
     from visionmoe.splat.memory import KEEP_FREED_MEMORY_MAX_GAUSSIANS, keep_freed_memory
-    from visionmoe.splat.codec import compress, decompress
+    from visionmoe.splat import compress, decompress
 
     if args.gaussians <= KEEP_FREED_MEMORY_MAX_GAUSSIANS:  # as the visionmoe-splat command line does
         keep_freed_memory()

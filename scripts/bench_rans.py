@@ -18,8 +18,8 @@ import numpy as np
 from bench_routing import machine, median_time  # the benchmarks' timing rule and machine line
 
 from visionmoe.ops import rans as compiled_ops
-from visionmoe.splat import rans
-from visionmoe.splat.decode import decompress
+from visionmoe.splat.pgms import rans
+from visionmoe.splat.pgms.decode import decompress
 
 
 @contextmanager

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from visionmoe.splat.decode import decode_budget
+from visionmoe.splat.pgms.decode import decode_budget
 
 MAGIC = b"\x89PGMS\r\n\x1a"
 SECTION = struct.Struct("<4sBBHI")  # tag, level, reserved, reserved, length (then crc32 u32)

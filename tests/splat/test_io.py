@@ -216,7 +216,7 @@ def test_atomic_writer_gives_umask_permissions_and_leaves_no_temp_file(tmp_path)
     import os
     import stat
 
-    from visionmoe.splat.io import atomic_write_bytes
+    from visionmoe.common.files import atomic_write_bytes
 
     old = os.umask(0o022)
     try:
@@ -232,7 +232,7 @@ def test_atomic_writer_gives_umask_permissions_and_leaves_no_temp_file(tmp_path)
 
 
 def test_atomic_writer_keeps_the_old_file_on_error_and_refuses_folders(tmp_path):
-    from visionmoe.splat.io import atomic_write, atomic_write_bytes
+    from visionmoe.common.files import OutputPathError, atomic_write, atomic_write_bytes
 
     target = atomic_write_bytes(tmp_path / "a.bin", b"old")
 
@@ -244,7 +244,7 @@ def test_atomic_writer_keeps_the_old_file_on_error_and_refuses_folders(tmp_path)
         atomic_write(target, fail)
     assert target.read_bytes() == b"old" and [x.name for x in tmp_path.iterdir()] == ["a.bin"]
     (tmp_path / "d").mkdir()
-    with pytest.raises(SceneError, match="not a regular file"):
+    with pytest.raises(OutputPathError, match="not a regular file"):
         atomic_write_bytes(tmp_path / "d", b"x")
 
 

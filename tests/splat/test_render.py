@@ -124,7 +124,7 @@ def test_several_views_render_as_each_view_alone():
     images are the same bits either way."""
     from pgms_helpers import ASSET
 
-    from visionmoe.splat.contribution import default_cameras
+    from visionmoe.splat.encoder.contribution import default_cameras
     from visionmoe.splat.io import read_ply
 
     scene = read_ply(ASSET)

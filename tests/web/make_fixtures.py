@@ -25,9 +25,10 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "splat"))
 
-from visionmoe.splat import bitstream as bs  # noqa: E402
-from visionmoe.splat import compress, decompress, rans  # noqa: E402
+from visionmoe.splat import compress, decompress  # noqa: E402
 from visionmoe.splat.io import GaussianScene, read_ply  # noqa: E402
+from visionmoe.splat.pgms import bitstream as bs  # noqa: E402
+from visionmoe.splat.pgms import rans  # noqa: E402
 
 ARRAYS = ("means", "quats", "log_scales", "opacity_logits", "sh_dc", "sh_rest")
 ASSET = ROOT / "assets" / "fruit_drops_minimal.ply"

@@ -25,7 +25,7 @@ CHROMIUM = next((p for p in (os.environ.get("CHROMIUM"), "/usr/bin/chromium", "/
 HAS_NPM = (WEB / "node_modules" / "fzstd").is_dir() and (WEB / "node_modules" / "puppeteer-core").is_dir()
 
 def _writes_format4() -> bool:
-    from visionmoe.splat import bitstream
+    from visionmoe.splat.pgms import bitstream
 
     return bitstream.VERSION[0] >= 4
 
@@ -67,7 +67,7 @@ def test_viewer_streams_levels_and_matches_python_render(fixtures, tmp_path):
     from visionmoe.splat import decompress
     from visionmoe.splat.cameras import orbit_cameras
     from visionmoe.splat.render import render
-    from visionmoe.splat.view import default_camera, level_offsets, serve
+    from visionmoe.splat.viewer.server import default_camera, level_offsets, serve
 
     data = (fixtures / "fruit_drops_minimal_20x.pgms").read_bytes()
     ends = level_offsets(data)
@@ -103,7 +103,7 @@ def test_viewer_streams_levels_and_matches_python_render(fixtures, tmp_path):
 
 @needs_browser
 def test_view_screenshot_level(fixtures, tmp_path):
-    from visionmoe.splat.view import screenshot
+    from visionmoe.splat.viewer.server import screenshot
 
     data = (fixtures / "fruit_drops_minimal_20x.pgms").read_bytes()
     out = tmp_path / "coarse.png"
@@ -121,7 +121,7 @@ def test_server_ranges_paths_and_throttle():
     import urllib.error
     import urllib.request
 
-    from visionmoe.splat.view import serve
+    from visionmoe.splat.viewer.server import serve
 
     data = bytes(range(256)) * 40
     with serve(data, throttle=[(1000, 0.3)]) as srv:
@@ -146,10 +146,10 @@ def test_server_ranges_paths_and_throttle():
 
 
 def test_as_format4_recodes_format3_and_refuses_older(fixtures):
-    from visionmoe.splat import bitstream as bs
+    from visionmoe.splat.pgms import bitstream as bs
     from visionmoe.splat import decompress
-    from visionmoe.splat.coders import CODER_LZMA, CODER_RANS, CODER_RAW, CODER_ZSTD
-    from visionmoe.splat.view import ViewerError, as_format4
+    from visionmoe.splat.pgms.coders import CODER_LZMA, CODER_RANS, CODER_RAW, CODER_ZSTD
+    from visionmoe.splat.viewer.server import ViewerError, as_format4
 
     data = (fixtures / "fruit_drops_minimal_20x.pgms").read_bytes()
     assert as_format4(data) == data

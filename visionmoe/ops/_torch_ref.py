@@ -98,14 +98,7 @@ def segment_moments(x, weights, segment_ids, num_segments) -> SegmentMoments:
 # docstring of visionmoe/ops/raster.py.
 
 from .raster import RasterOutput, finish, validate_raster_args  # noqa: E402
-
-_SH_C0 = 0.28209479177387814
-_SH_C1 = 0.4886025119029199
-_SH_C2 = (1.0925484305920792, -1.0925484305920792, 0.31539156525252005, -1.0925484305920792, 0.5462742152960396)
-_SH_C3 = (
-    -0.5900435899266435, 2.890611442640554, -0.4570457994644658, 0.3731763325901154,
-    -0.4570457994644658, 1.445305721320277, -0.5900435899266435,
-)
+from .sh import sh_basis  # noqa: E402 (the SH basis the library uses)
 
 
 def quat_to_rotmat(quats: torch.Tensor) -> torch.Tensor:
@@ -152,27 +145,6 @@ def project(means, quats, log_scales, viewmats, Ks, width, height, near=0.01, fa
     ok &= (means2d[..., 1] + radius[..., 1] > 0) & (means2d[..., 1] - radius[..., 1] < height)
     radii = torch.where(ok[..., None], radius.clamp(max=2.0**30), torch.zeros_like(radius)).int()
     return means2d, conics, z, radii
-
-
-def sh_basis(degree: int, dirs: torch.Tensor) -> torch.Tensor:
-    """Real SH basis [..., (degree+1)^2] at unit directions [..., 3] (3DGS convention)."""
-    x, y, z = dirs.unbind(-1)
-    out = [torch.full_like(x, _SH_C0)]
-    if degree >= 1:
-        out += [-_SH_C1 * y, _SH_C1 * z, -_SH_C1 * x]
-    if degree >= 2:
-        xx, yy, zz = x * x, y * y, z * z
-        out += [
-            _SH_C2[0] * x * y, _SH_C2[1] * y * z, _SH_C2[2] * (2 * zz - xx - yy), _SH_C2[3] * x * z,
-            _SH_C2[4] * (xx - yy),
-        ]
-    if degree >= 3:
-        out += [
-            _SH_C3[0] * y * (3 * xx - yy), _SH_C3[1] * x * y * z, _SH_C3[2] * y * (4 * zz - xx - yy),
-            _SH_C3[3] * z * (2 * zz - 3 * xx - 3 * yy), _SH_C3[4] * x * (4 * zz - xx - yy),
-            _SH_C3[5] * z * (xx - yy), _SH_C3[6] * x * (xx - 3 * yy),
-        ]
-    return torch.stack(out, dim=-1)
 
 
 def sh_colors(sh, means, viewmats, degree):

@@ -11,9 +11,10 @@ import types
 from typing import TYPE_CHECKING
 
 _EXPORTS = {
-    "FormatError": "bitstream",
+    "FormatError": "pgms.bitstream",
     "CameraError": "cameras", "Cameras": "cameras", "load_cameras_json": "cameras", "orbit_cameras": "cameras",
-    "CompressResult": "codec", "compress": "codec", "decompress": "codec", "DecodeMemoryError": "decode",
+    "CompressResult": "encoder.compress", "compress": "encoder.compress",
+    "decompress": "pgms.decode", "DecodeMemoryError": "pgms.decode",
     "GaussianScene": "io", "SceneError": "io", "read_ply": "io", "write_ply": "io",
     "RenderError": "render", "render": "render",
 }
@@ -21,11 +22,11 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
-    from .bitstream import FormatError
     from .cameras import CameraError, Cameras, load_cameras_json, orbit_cameras
-    from .codec import CompressResult, compress, decompress
-    from .decode import DecodeMemoryError
+    from .encoder.compress import CompressResult, compress
     from .io import GaussianScene, SceneError, read_ply, write_ply
+    from .pgms.bitstream import FormatError
+    from .pgms.decode import DecodeMemoryError, decompress
     from .render import RenderError, render
 
 

@@ -119,7 +119,7 @@ def encoder_cameras(scene: GaussianScene, cameras: Cameras | None = None, *, num
     if cameras is not None:
         return cameras
     from .cameras import transform_cameras
-    from .contribution import coverage_views as coverage, default_cameras
+    from .encoder.contribution import coverage_views as coverage, default_cameras
     from .similarity import canonical_similarity
 
     if frame == "scene":  # the encoder renders the canonical scene: its views, mapped back

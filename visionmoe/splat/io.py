@@ -1,20 +1,19 @@
-"""GaussianScene, INRIA-layout .ply reading/writing (via plyfile), and the one atomic file writer."""
+"""GaussianScene and INRIA-layout .ply reading/writing (via plyfile); files are written with
+:func:`visionmoe.common.files.atomic_write`."""
 
 from __future__ import annotations
 
 import logging
 import math
 import os
-import secrets
-import stat
-import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 import numpy as np
 import torch
 from plyfile import PlyData, PlyElement
+
+from ..common.files import atomic_write
 
 logger = logging.getLogger(__name__)
 
@@ -318,69 +317,3 @@ def write_ply(scene: GaussianScene, path: str | os.PathLike, *, ascii: bool = Fa
         data[name] = cols[:, i]
     ply = PlyData([PlyElement.describe(data, "vertex")], text=ascii, byte_order=byte_order)
     return atomic_write(path, ply.write)
-
-
-def check_output_path(path: str | os.PathLike) -> Path:
-    """Refuse (``SceneError``) an output path that exists and is not a regular file: a rename
-    would replace a FIFO, a symbolic link or a device node (as root, ``/dev/null`` itself)."""
-    path = Path(path)
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return path
-    if not stat.S_ISREG(st.st_mode):
-        kind = ("a folder" if stat.S_ISDIR(st.st_mode) else "a symbolic link" if stat.S_ISLNK(st.st_mode)
-                else "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device" if stat.S_ISCHR(st.st_mode)
-                or stat.S_ISBLK(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode) else "not a file")
-        raise SceneError(f"{path} exists and is not a regular file ({kind}); refusing to replace it")
-    return path
-
-
-def check_writable(path: str | os.PathLike) -> Path:
-    """Check, before any long work, that ``path`` can be written: not a special file
-    (:func:`check_output_path`), in a folder that exists, where a file can be created (probed
-    by creating and removing an empty file, which also holds for root, for whom permission
-    bits say little)."""
-    path = check_output_path(path)
-    parent = path.parent
-    if not parent.is_dir():
-        raise SceneError(f"cannot write {path}: folder {parent} does not exist")
-    try:
-        fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=parent)
-    except OSError as exc:
-        raise SceneError(f"cannot write {path}: {exc.strerror or exc}") from None
-    os.close(fd)
-    os.unlink(probe)
-    return path
-
-
-def atomic_write(path: str | os.PathLike, write: Callable) -> Path:
-    """Write a file through ``write(binary file object)`` so that ``path`` is never half-written:
-    into a new temporary file in the same folder (created with mode 0o666, so the user's umask
-    sets its permissions, as for any new file), flushed to disk, then renamed over ``path``. The
-    folder is created if missing; on any error the temporary file is removed and ``path`` is
-    left as it was. Every file the library and the command line write goes through here."""
-    path = check_output_path(path)  # never a FIFO, symlink or device replaced
-    path.parent.mkdir(parents=True, exist_ok=True)
-    while True:
-        tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
-            break
-        except FileExistsError:
-            continue
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
-
-
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
-    """Write ``data`` to ``path`` atomically (:func:`atomic_write`)."""
-    return atomic_write(path, lambda f: f.write(data))

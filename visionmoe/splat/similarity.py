@@ -18,8 +18,7 @@ import torch
 
 from .io import GaussianScene
 
-__all__ = ["rotation_matrix", "quat_from_rotmat", "rotmat_from_quat", "transform_scene", "canonical_similarity",
-           "file_transform", "apply_file_transform_"]
+__all__ = ["rotation_matrix", "quat_from_rotmat", "transform_scene", "canonical_similarity", "file_transform"]
 
 
 def rotation_matrix(axis, angle_deg: float) -> torch.Tensor:
@@ -67,7 +66,7 @@ def _sh_rotation(degree: int, R: torch.Tensor) -> list[torch.Tensor]:
     """Per band l = 1..degree, the [2l+1, 2l+1] matrix D with ``c' = D c`` for SH coefficients
     in the renderer's real basis: a Gaussian turned by R looks from ``R d`` as it did from ``d``.
     Solved by least squares on sampled directions (exact: each band is closed under rotation)."""
-    from ..ops._torch_ref import sh_basis
+    from ..ops.sh import sh_basis
 
     dirs = torch.randn(256, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     dirs = dirs / dirs.norm(dim=-1, keepdim=True)
@@ -106,15 +105,6 @@ def transform_scene(scene: GaussianScene, rotation=None, translation=None, scale
                    sh_rest=rest.to(dt))
 
 
-def rotmat_from_quat(q) -> torch.Tensor:
-    """[3, 3] float64 rotation matrix of a unit (w, x, y, z) quaternion, taken as given (not
-    normalised again: the decoders rebuild a file's rotation from its stored quaternion)."""
-    w, x, y, z = torch.as_tensor(q, dtype=torch.float64).reshape(4).tolist()
-    return torch.tensor([[1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
-                         [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
-                         [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)]], dtype=torch.float64)
-
-
 def canonical_similarity(scene: GaussianScene, up="-y") -> tuple[torch.Tensor, torch.Tensor, float]:
     """-> (R, t, s) of the scene's canonical frame: ``transform_scene(scene, R, t, s)`` is the
     scene centred on its :class:`~visionmoe.splat.cameras.SceneFrame` centre, scaled to unit
@@ -128,50 +118,12 @@ def canonical_similarity(scene: GaussianScene, up="-y") -> tuple[torch.Tensor, t
     return R, -s * (R @ frame.centre), s
 
 
-def apply_file_transform_(means, quats, log_scales, sh_rest, back, chunk: int = 1 << 16) -> None:
-    """Map a decoder's float32 arrays (in place) from the file's coded frame to the scene's by
-    its XFRM section ``back`` (:class:`~visionmoe.splat.bitstream.FileTransform`). Elementwise
-    float64 arithmetic in a fixed order, rounded to float32 once per value: the browser decoder
-    (web/src/pgms.js) repeats it operation for operation and gets the same bits."""
-    import numpy as np
-
-    w, x, y, z = back.quat
-    R = rotmat_from_quat(back.quat).numpy()
-    tx, ty, tz = back.translation
-    s = back.scale
-    ls = np.float32(back.log_scale)
-    k_rest = sh_rest.shape[1]
-    for a in range(0, means.shape[0], chunk):
-        b = min(means.shape[0], a + chunk)
-        m = means[a:b].astype(np.float64)
-        m0, m1, m2 = m[:, 0], m[:, 1], m[:, 2]
-        for i, t in enumerate((tx, ty, tz)):
-            means[a:b, i] = s * (R[i, 0] * m0 + R[i, 1] * m1 + R[i, 2] * m2) + t
-        q = quats[a:b].astype(np.float64)
-        bw, bx, by, bz = q[:, 0], q[:, 1], q[:, 2], q[:, 3]
-        quats[a:b, 0] = w * bw - x * bx - y * by - z * bz
-        quats[a:b, 1] = w * bx + x * bw + y * bz - z * by
-        quats[a:b, 2] = w * by - x * bz + y * bw + z * bx
-        quats[a:b, 3] = w * bz + x * by - y * bx + z * bw
-        log_scales[a:b] += ls
-        if k_rest:
-            rest = sh_rest[a:b].astype(np.float64)
-            for band, D in enumerate(back.sh_bands, start=1):
-                lo = band * band - 1
-                D = D.astype(np.float64)
-                for i in range(D.shape[0]):
-                    acc = D[i, 0] * rest[:, lo]
-                    for j in range(1, D.shape[1]):
-                        acc = acc + D[i, j] * rest[:, lo + j]
-                    sh_rest[a:b, lo + i] = acc
-
-
 def file_transform(rotation, translation, scale: float, sh_degree: int):
-    """The XFRM section (:class:`~visionmoe.splat.bitstream.FileTransform`) of ``x -> scale *
+    """The XFRM section (:class:`~visionmoe.splat.pgms.file_transform.FileTransform`) of ``x -> scale *
     rotation @ x + translation``, with the SH band matrices of ``rotation`` up to ``sh_degree``."""
     import numpy as np
 
-    from .bitstream import FileTransform
+    from .pgms.file_transform import FileTransform, rotmat_from_quat
 
     q = quat_from_rotmat(rotation)
     R = rotmat_from_quat(q)  # the rotation every decoder rebuilds from the stored quaternion

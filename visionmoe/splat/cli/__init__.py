@@ -4,18 +4,15 @@ A thin layer over the library; nothing in the library imports it. Each command m
 (``render``, ``pgms``) registers its subcommands with ``add_<name>_parser(subparsers)``
 functions (listed in ``SUBCOMMANDS``) that set ``func`` to a ``cmd_<name>(args) -> int``.
 Bad input gives one ``visionmoe-splat <command>: error: ...`` line on stderr and exit status 2,
-never a traceback; files are written atomically (``io.atomic_write``).
+never a traceback; files are written atomically (``visionmoe.common.files.atomic_write``).
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 
-from ._common import (
-    EXIT_USAGE, CLIError, Terminated, add_common_options, apply_verbosity, import_with_signals_held,
-    install_signal_handlers,
-)
+from ...common.cli import EXIT_USAGE, CLIError, exit_status, import_with_signals_held, signals_as_exceptions
+from ._common import add_common_options, apply_verbosity
 from .pgms import PGMS_SUBCOMMANDS
 from .render import add_render_parser
 from .view import add_view_parser
@@ -27,7 +24,7 @@ SUBCOMMANDS = [add_render_parser, *PGMS_SUBCOMMANDS, add_view_parser]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from ... import __version__
+    from ..._version import __version__
 
     parser = argparse.ArgumentParser(
         prog="visionmoe-splat", description="PGMS tools for 3D Gaussian splatting scenes (visionmoe.splat)."
@@ -47,7 +44,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from ..io import SceneError
     from ..render import RenderError
 
-    return (CLIError, SceneError, CameraError, RenderError, ExtensionNotBuiltError, ValueError, OSError)
+    return (SceneError, CameraError, RenderError, ExtensionNotBuiltError, ValueError, OSError)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,25 +52,20 @@ def main(argv: list[str] | None = None) -> int:
 
     SIGTERM is turned into an exception (as Ctrl-C is) before anything heavy is imported, so
     that a write in progress removes its temporary file either way."""
-    install_signal_handlers()
     command = "visionmoe-splat"
-    try:
-        parser = build_parser()
-        args = parser.parse_args(argv)  # usage errors: argparse prints one line and exits 2
-        command = f"visionmoe-splat {args.command}"
-        apply_verbosity(args)
-        if args.command != "view":  # every other command loads the library (torch, numpy)
-            import_with_signals_held("numpy", "torch")
-        return int(args.func(args) or 0)
-    except KeyboardInterrupt:
-        print(f"{command}: interrupted", file=sys.stderr)
-        return 130
-    except Terminated:
-        print(f"{command}: terminated", file=sys.stderr)
-        return 143
-    except BaseException as exc:  # noqa: BLE001 - sorted below; anything else is a bug and keeps its traceback
-        if isinstance(exc, _user_errors()):
-            message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            print(f"{command}: error: {message}", file=sys.stderr)
-            return EXIT_USAGE
-        raise
+    with signals_as_exceptions():
+        try:
+            parser = build_parser()
+            args = parser.parse_args(argv)  # usage errors: argparse prints one line and exits 2
+            command = f"visionmoe-splat {args.command}"
+            apply_verbosity(args)
+            if args.command != "view":  # every other command loads the library (torch, numpy)
+                import_with_signals_held("numpy", "torch")
+            return int(args.func(args) or 0)
+        except BaseException as exc:  # noqa: BLE001 - sorted by exit_status; a bug keeps its traceback
+            # the user errors' types load the library: only looked up for an Exception (not for
+            # Ctrl-C, SIGTERM or argparse's exit, which may come before or during that import)
+            status = exit_status(exc, command, _user_errors() if isinstance(exc, Exception) else ())
+            if status is None:
+                raise
+            return status

@@ -1,56 +1,16 @@
-"""Shared pieces of the ``visionmoe-splat`` commands: the user-error type, argument types,
-input/output checks, logging set-up. Imports nothing of the command modules."""
+"""Shared pieces of the ``visionmoe-splat`` commands: common options, input/output checks,
+logging set-up. Imports nothing of the command modules; the exit codes, signals, user-error
+type and argument validators both command lines share are in :mod:`visionmoe.common`."""
 
 from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import sys
 from pathlib import Path
 
-EXIT_USAGE = 2
-
-
-class CLIError(Exception):
-    """A user-facing error: printed as one line, exit status 2."""
-
-
-class Terminated(BaseException):
-    """SIGTERM, raised like KeyboardInterrupt so that cleanup (temporary files) runs."""
-
-
-def _on_sigterm(signum, frame):
-    raise Terminated()
-
-
-def install_signal_handlers() -> None:
-    """SIGTERM -> :class:`Terminated`; SIGINT keeps Python's KeyboardInterrupt. Called first
-    thing, before torch or the library load (``visionmoe.splat`` imports lazily)."""
-    signal.signal(signal.SIGTERM, _on_sigterm)
-    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:  # started in the background: leave it
-        return
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-
-
-def import_with_signals_held(*modules: str) -> None:
-    """Import ``modules`` with SIGINT and SIGTERM held back until they are in. A Ctrl-C in the
-    middle of numpy's own import leaves it half-initialised and the next import of it recurses
-    (a RecursionError with a traceback, not a KeyboardInterrupt); held back, the signal arrives
-    once the import is done and ends the command as cleanly as anywhere else."""
-    import importlib
-
-    if not hasattr(signal, "pthread_sigmask"):  # Windows: no signal masks, import as usual
-        for name in modules:
-            importlib.import_module(name)
-        return
-    held = {signal.SIGINT, signal.SIGTERM}
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
-    try:
-        for name in modules:
-            importlib.import_module(name)
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+from ...common.cli import CLIError
+from ...common.files import check_writable
 
 
 def add_common_options(p: argparse.ArgumentParser) -> None:
@@ -80,8 +40,6 @@ def plan_outputs(inputs: list[str], out: str, suffix: str, overwrite: bool) -> l
     ``out`` is the output file, with several a folder (created) that gets ``<stem><suffix>``
     per input; an existing output is refused unless ``overwrite``; outputs are never an input,
     never a special file, and their folder must accept a new file."""
-    from ..io import check_writable
-
     ins = [Path(p) for p in inputs]
     for inp in ins:
         if not inp.is_file():
@@ -125,36 +83,6 @@ def progress_over(items: list, quiet: bool, desc: str):
     from tqdm import tqdm
 
     return tqdm(items, desc=desc, unit="file", file=sys.stderr, leave=False)
-
-
-def rgb(text: str):
-    try:
-        values = [float(v) for v in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected three numbers like 0,0,0 or 1,1,1, got {text!r}") from None
-    if len(values) != 3 or not all(0.0 <= v <= 1.0 for v in values):
-        raise argparse.ArgumentTypeError(f"expected three numbers in [0, 1] like 1,1,1, got {text!r}")
-    return values
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
-def nonnegative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
-    return value
 
 
 def same_file(a: Path, b: Path) -> bool:

@@ -2,7 +2,7 @@
 
 Each ``cmd_*`` returns an exit status and raises ``CLIError`` (or a library error) for bad
 input, which ``main`` prints as one line with exit status 2. Outputs are written atomically
-(``io.atomic_write``) and never over an input file.
+(``visionmoe.common.files.atomic_write``) and never over an input file.
 """
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ import json
 import time
 from pathlib import Path
 
+from ...common.cli import CLIError
+from ...common.validators import nonnegative_int, positive_int
 from ..memory import KEEP_FREED_MEMORY_MAX_GAUSSIANS, keep_freed_memory
-from ._common import (CLIError, add_output_options, enable_verbose_logging, nonnegative_int, plan_outputs,
-                      positive_int, progress_over)
+from ._common import add_output_options, enable_verbose_logging, plan_outputs, progress_over
 
 __all__ = ["PGMS_SUBCOMMANDS"]
 
@@ -128,7 +129,7 @@ def _add_target(p) -> None:
 def _compress(args, scene, cameras=None):
     """Compress with the target options; ``cameras`` (if given) instead of ``--cameras``."""
     from ..cameras import load_cameras_json
-    from ..codec import compress
+    from ..encoder.compress import compress
 
     if args.verbose:
         enable_verbose_logging()
@@ -216,8 +217,8 @@ def add_decompress_parser(subparsers) -> None:
 
 
 def cmd_decompress(args) -> int:
-    from ..codec import decompress
     from ..formats import format_of, write_any
+    from ..pgms.decode import decompress
 
     if args.level is not None and args.level < 0:
         raise CLIError(f"--level must be >= 0, got {args.level}")
@@ -260,11 +261,12 @@ def add_eval_parser(subparsers) -> None:
 
 def cmd_eval(args) -> int:
     from ..cameras import load_cameras_json
-    from ..codec import decompress, reference_ply_bytes
+    from ..encoder.compress import reference_ply_bytes
     from ..evaluation import (
         HOLDOUT_EVERY, HeldoutError, encoder_cameras, evaluate_decoded, heldout_cameras, split_cameras,
     )
     from ..io import read_ply
+    from ..pgms.decode import decompress
     from ..render import resolve_device
 
     inp = Path(args.scene)
@@ -342,7 +344,7 @@ def add_info_parser(subparsers) -> None:
 
 
 def cmd_info(args) -> int:
-    from ..codec import info
+    from ..pgms.decode import info
 
     inputs = [Path(p) for p in args.input]
     for inp in inputs:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ._common import CLIError, add_output_options, positive_int, rgb
+from ...common.cli import CLIError
+from ...common.validators import positive_int, rgb
+from ._common import add_output_options
 
 __all__ = ["add_render_parser", "cmd_render"]
 
@@ -36,9 +38,9 @@ def cmd_render(args) -> int:
     import imageio.v3 as iio
     import torch
 
+    from ...common.files import atomic_write_bytes
     from ..cameras import load_cameras_json, orbit_cameras
     from ..formats import read_any
-    from ..io import atomic_write_bytes
     from ..render import render, resolve_device
 
     scene_path = Path(args.scene)

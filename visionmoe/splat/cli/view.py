@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ._common import CLIError, nonnegative_int, positive_int
+from ...common.cli import CLIError
+from ...common.validators import nonnegative_int, positive_int
 
 __all__ = ["add_view_parser", "cmd_view"]
 
@@ -26,8 +27,8 @@ def add_view_parser(subparsers) -> None:
 
 
 def cmd_view(args) -> int:
-    from ..bitstream import FormatError, read_container
-    from ..view import ViewerError, as_format4, screenshot, serve
+    from ..pgms.bitstream import FormatError, read_container
+    from ..viewer.server import ViewerError, as_format4, screenshot, serve
 
     inp = Path(args.input)
     if not inp.is_file():

@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import bitstream as bs
-from ..pyramid import Pyramid
-from .quantized import Rung
+from ..pgms import bitstream as bs
+from .pyramid import Pyramid
+from .rung import Rung
 from .tree import SceneMeta
 
 

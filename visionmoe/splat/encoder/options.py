@@ -1,4 +1,4 @@
-"""The options of one encode (``codec.compress``'s keyword arguments), validated."""
+"""The options of one encode (``compress``'s keyword arguments), validated."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..allocator import make_preset
+from .allocator import make_preset
 
 
 FRAMES = ("scene", "world")  # compress(frame=): code in the scene's canonical frame, or as given
@@ -15,7 +15,7 @@ FRAMES = ("scene", "world")  # compress(frame=): code in the scene's canonical f
 
 @dataclass
 class EncodeOptions:
-    """See :func:`visionmoe.splat.codec.compress` for each field. ``ratio`` defaults to 20 when
+    """See :func:`visionmoe.splat.encoder.compress.compress` for each field. ``ratio`` defaults to 20 when
     no target is given; ``device`` is resolved once (every render of the encode runs there)."""
 
     ratio: float | None = None

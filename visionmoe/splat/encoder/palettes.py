@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..quantize import MAX_PALETTE, PALETTE_ABSOLUTE, PALETTE_CHANNELS, PALETTE_PREDICTED, Palettes, nearest_index
+from ..pgms.quantize import MAX_PALETTE, PALETTE_ABSOLUTE, PALETTE_CHANNELS, PALETTE_PREDICTED, Palettes, nearest_index
 
 
 def _entropy(v: np.ndarray) -> float:

@@ -13,13 +13,15 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..allocator import APPEARANCE_LADDER, GEOMETRY_LADDER, plan_cut
-from ..decode import decode_coded
-from ..pyramid import Pyramid, drop_leaves
-from ..quantize import ShGrid
+from ..pgms.decode import decode_coded
+from ..pgms.quantize import ShGrid
+from . import rung_search
+from .allocator import APPEARANCE_LADDER, GEOMETRY_LADDER, plan_cut
 from .cut import Encoding, tune_cut
-from .quantized import estimate_rung, quantize_tree, sample_nodes
-from .rungs import KEEPS_ALL_SHARE, PinnedSeeds
+from .pyramid import Pyramid, drop_leaves
+from .rung import estimate_rung, quantize_tree, sample_nodes
+from .rung_search import KEEPS_ALL_SHARE, PinnedSeeds, RenderCheck
+from .stages import Progress, StageTimes
 from .tree import Tree, build_tree
 
 logger = logging.getLogger("visionmoe.splat.encoder.prune")
@@ -90,19 +92,22 @@ class Variant:
 
 @dataclass(frozen=True)
 class PruneJob:
-    """What the search needs besides the base: ``allocate(tree, pin, start) -> Encoding`` codes a
-    tree at the target (rung search from ``start`` unless ``pin``); ``error(scene)`` is the
-    render MSE against the original on every search view; ``refined(variant)``: whether the
-    refinement stage will refine that variant's cut (then it is not topped up)."""
+    """What the search needs besides the base: ``error(scene)`` is the render MSE against the
+    original on every search view; a variant's tree is coded at the target by
+    :func:`.rung_search.allocate_and_encode` with ``seed``, the rung choice's render ``check``
+    and its stage times in ``times`` (rung search from the base's rungs unless pinned);
+    ``refined(variant)``: whether the refinement stage will refine that variant's cut (then it
+    is not topped up)."""
 
     target: int
     sh_degree: int
     n_in: int
     ref_bytes: int
-    allocate: Callable
     error: Callable
     tries: int
     seed: int
+    check: RenderCheck | None
+    times: StageTimes
     refined: Callable[[Variant], bool] = lambda v: False  # whether the refinement stage will refine it
 
 
@@ -130,8 +135,8 @@ def _variants(base: Variant, seeds: PinnedSeeds | None, job: PruneJob, keeps_all
 class _Attempts:
     """Encodes and render-checks one variant (``attempt``), on the base's tree where seeds allow."""
 
-    def __init__(self, base: Variant, seeds: PinnedSeeds | None, job: PruneJob):
-        self.base, self.seeds, self.job = base, seeds, job
+    def __init__(self, base: Variant, seeds: PinnedSeeds | None, job: PruneJob, prog: Progress):
+        self.base, self.seeds, self.job, self.prog = base, seeds, job, prog
         n = base.tree.kept.num_gaussians
         self.estimates = seeds.estimates if (seeds is not None and n > _PRUNE_REUSE_TREE_ABOVE) else {}
         self.order = torch.argsort(base.tree.weights, descending=True, stable=True)
@@ -147,7 +152,10 @@ class _Attempts:
                                                                        tree.meta))
         new = build_tree(tree.kept.subset(idx), tree.weights[idx], job.sh_degree, job.n_in, job.ref_bytes,
                          tree.meta.transform)
-        enc = job.allocate(new, pin, self.start)
+        # a variant short of the target is refilled with more of its Gaussians (``_refill``), not
+        # moved to a finer fractional rung (``fill=False``)
+        enc = rung_search.allocate_and_encode(new, job.target, seed=job.seed, prog=self.prog, times=job.times,
+                                              check=job.check, pin=pin, start=self.start, fill=False).encoding
         return Variant(job.error(decode_coded(enc.data)), enc, new)
 
 
@@ -168,7 +176,7 @@ def search_pruning(base: Variant, seeds: PinnedSeeds | None, job: PruneJob, prog
     if keeps_all and start == (len(GEOMETRY_LADDER) - 1, n_app - 1):
         return base
     variants = [v for v in _variants(base, seeds, job, keeps_all) if v[0] >= 16][: job.tries]
-    attempt = _Attempts(base, seeds, job)
+    attempt = _Attempts(base, seeds, job, prog)
     # On the base's tree, the pinned variants one step finer (in geometry, in appearance) do not
     # depend on each other's outcome: they are encoded and render-checked on two threads (most of
     # an encode is single-threaded numpy and entropy coding, which overlaps the other's renders),

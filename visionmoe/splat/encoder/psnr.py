@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..decode import decode_coded
+from ..pgms.decode import decode_coded
 from .cut import Encoding
 
 logger = logging.getLogger("visionmoe.splat.encoder.psnr")

@@ -12,15 +12,15 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .. import _frames
-from ..decode import decode_coded
 from ..io import GaussianScene
-from ..pyramid import Pyramid
-from ..quantize import quantize_level
+from ..pgms import _frames
+from ..pgms.decode import decode_coded
+from ..pgms.quantize import quantize_level
+from .check_views import SEARCH_VIEWS, References, view_indices
 from .cut import CutTuner, Encoding, coded_masks, split_masks
-from .quantized import quantize_tree
+from .pyramid import Pyramid
+from .rung import quantize_tree
 from .tree import Tree
-from .views import SEARCH_VIEWS, References, view_indices
 
 logger = logging.getLogger("visionmoe.splat.encoder.refine")
 
@@ -150,7 +150,7 @@ def refine_and_encode(tree: Tree, dense: GaussianScene, base: Encoding, cameras,
     stay on the CPU.
     ``check(encoded bytes) -> bool`` judges the encoding after ``_REFINE_CHECK_AT`` steps; False
     stops there and returns None (the pyramid then holds that partial refinement)."""
-    from ..update import refine
+    from .update import refine
 
     pyr, meta, rung, k = tree.pyramid, tree.meta, base.rung, base.k
     terms, prim = cut_primitives(pyr, base)

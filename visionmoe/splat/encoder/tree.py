@@ -7,11 +7,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .. import bitstream as bs
 from ..io import GaussianScene
-from ..pyramid import Pyramid, build_pyramid
-from ..quantize import Palettes, Quantizer
+from ..pgms import bitstream as bs
+from ..pgms.quantize import Palettes, Quantizer
 from .palettes import detect_palettes
+from .pyramid import Pyramid, build_pyramid
 
 
 @dataclass(frozen=True)

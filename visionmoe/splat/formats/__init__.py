@@ -5,7 +5,7 @@
 | ``.ply`` | INRIA 3DGS ``.ply`` (float, SH 0-3) | yes | yes |
 | ``.compressed.ply`` (or a ``.ply`` with a ``chunk`` element) | PlayCanvas compressed ``.ply`` | yes | yes |
 | ``.splat`` | antimatter15 ``.splat`` (32 bytes per Gaussian, no SH) | yes | yes |
-| ``.pgms`` | PGMS bitstream (:mod:`visionmoe.splat.codec`) | yes (:func:`read_any`) | via ``compress`` |
+| ``.pgms`` | PGMS bitstream (:mod:`visionmoe.splat.pgms`) | yes (:func:`read_any`) | via ``compress`` |
 
 ::
 
@@ -70,7 +70,7 @@ def read_any(path: str | os.PathLike, *, nonfinite: str = "reject") -> GaussianS
     if fmt == "splat":
         return read_splat(path, nonfinite=nonfinite)
     if fmt == "pgms":
-        from ..codec import decompress
+        from ..pgms.decode import decompress
 
         return decompress(path)
     if fmt == "compressed.ply" or is_compressed_ply(path):

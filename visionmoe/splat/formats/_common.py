@@ -1,5 +1,5 @@
 """Shared pieces of the scene file formats: the DC colour constant, Morton order (files are written
-through ``io.atomic_write``, the one writer)."""
+through ``visionmoe.common.files.atomic_write``, the one writer)."""
 
 from __future__ import annotations
 

@@ -28,7 +28,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..io import GaussianScene, SceneError, atomic_write_bytes
+from ...common.files import atomic_write_bytes
+from ..io import GaussianScene, SceneError
 from ._common import SH_C0, morton_order
 
 logger = logging.getLogger(__name__)
@@ -224,21 +225,8 @@ def is_compressed_ply(path: str | os.PathLike) -> bool:
     return head.startswith(b"ply") and end > 0 and b"element chunk" in head[:end] and b"packed_position" in head[:end]
 
 
-def read_compressed_ply(path: str | os.PathLike) -> GaussianScene:
-    """Read a PlayCanvas ``compressed.ply`` (SuperSplat / splat-transform, with or without colour
-    ranges and SH) into a :class:`GaussianScene`.
-
-    Raises :class:`SceneError` naming the file on a header that is not a compressed.ply, a
-    chunk count that does not match the vertex count, a body shorter than the header
-    declares, or non-finite chunk ranges.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise SceneError(f"{path}: no such file")
-    size = path.stat().st_size
-    with open(path, "rb") as f:
-        head = f.read(_MAX_HEADER)
-    elements, offset = _parse_header(path, head)
+def _check_elements(path: Path, elements) -> tuple[int, int]:
+    """The header's elements checked for a compressed.ply: -> (Gaussians, SH bytes per row)."""
     by_name = {e[0]: e for e in elements}
     if "chunk" not in by_name or "vertex" not in by_name:
         raise SceneError(f"{path}: not a compressed.ply (expected 'chunk' and 'vertex' elements)")
@@ -265,6 +253,25 @@ def read_compressed_ply(path: str | os.PathLike) -> GaussianScene:
         if sh_n != n or k3 not in (9, 24, 45) or [p for p, _ in sh_props] != [f"f_rest_{i}" for i in range(k3)] \
                 or any(t != "u1" for _, t in sh_props):
             raise SceneError(f"{path}: sh element must hold {n} rows of uchar f_rest_0..f_rest_K-1 (K = 9, 24 or 45)")
+    return n, k3
+
+
+def read_compressed_ply(path: str | os.PathLike) -> GaussianScene:
+    """Read a PlayCanvas ``compressed.ply`` (SuperSplat / splat-transform, with or without colour
+    ranges and SH) into a :class:`GaussianScene`.
+
+    Raises :class:`SceneError` naming the file on a header that is not a compressed.ply, a
+    chunk count that does not match the vertex count, a body shorter than the header
+    declares, or non-finite chunk ranges.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise SceneError(f"{path}: no such file")
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(_MAX_HEADER)
+    elements, offset = _parse_header(path, head)
+    n, k3 = _check_elements(path, elements)
     dtypes = {name: np.dtype([(p, t) for p, t in props]) for name, _, props in elements}
     need_bytes = offset + sum(count * dtypes[name].itemsize for name, count, _ in elements)
     if need_bytes > size:

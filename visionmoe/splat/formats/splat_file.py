@@ -23,7 +23,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..io import GaussianScene, SceneError, atomic_write_bytes
+from ...common.files import atomic_write_bytes
+from ..io import GaussianScene, SceneError
 from ._common import SH_C0
 
 logger = logging.getLogger(__name__)

@@ -1,0 +1,295 @@
+"""View a .pgms in the browser: a local HTTP server for the progressive viewer page and
+headless-Chromium screenshots of it.
+
+The page (``viewer/index.html`` and the decoder it imports from ``src/``, both from ``web/``) is
+package data of :mod:`visionmoe.splat.viewer` (``site/``, put there by the build: copies in a
+wheel, links into ``web/`` in an editable build). It fetches the file as a stream and shows each
+pyramid level as soon as its section has arrived; it renders with Spark (three.js) from the npm
+packages of a source checkout's ``web/node_modules`` (``npm ci`` in ``web/``), nothing is
+downloaded at run time. The server answers HTTP Range requests for the file and can throttle it
+(``throttle``: pause after given byte offsets), which the browser tests use to make the levels
+arrive one by one.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import json
+import logging
+import mimetypes
+import os
+import shutil
+import struct
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.parse
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from ...common.files import atomic_write_bytes
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["NPM_ROOT", "ViewerError", "ViewerServer", "site_root", "serve", "as_format4", "level_offsets",
+           "default_camera", "screenshot"]
+
+# The npm packages the page imports (three, Spark, fzstd) and the screenshot tool (puppeteer) are
+# those of a source checkout's web/ folder: they are not package data (yet).
+NPM_ROOT = Path(__file__).resolve().parents[3] / "web"
+SCENE_PATH = "/scene.pgms"
+# only these folders are served: the page's own (package data) and the npm packages
+_SITE_FOLDERS = ("viewer", "src")
+_NPM_FOLDERS = ("node_modules",)
+
+
+class ViewerError(RuntimeError):
+    """The viewer cannot run here (missing Node, npm packages or Chromium); the message says what to do."""
+
+
+def site_root() -> Path:
+    """The folder of the viewer page's files (package data ``visionmoe/splat/viewer/site``)."""
+    site = importlib.resources.files(__package__).joinpath("site")
+    try:
+        site = Path(os.fspath(site))
+    except TypeError:  # a package not on a file system (a zip): the server needs real files
+        raise ViewerError(f"the viewer's page needs visionmoe installed as files, not from {site}") from None
+    if not (site / "viewer" / "index.html").is_file():
+        raise ViewerError(f"the viewer page is missing: {site / 'viewer' / 'index.html'} (in a source checkout, "
+                          "`make build` puts it there)")
+    return site
+
+
+def check_npm_root(npm_root: Path = NPM_ROOT) -> Path:
+    npm_root = Path(npm_root)
+    for pkg in ("three", "@sparkjsdev/spark", "fzstd"):
+        if not (npm_root / "node_modules" / pkg / "package.json").is_file():
+            raise ViewerError(f"the viewer's npm packages are missing ({pkg}): run `npm ci` in {npm_root} "
+                              "(or `make web-deps`) in a source checkout")
+    return npm_root
+
+
+@dataclass
+class _Config:
+    pgms: bytes
+    site: Path  # viewer/, src/
+    npm_root: Path  # node_modules/
+    throttle: list = field(default_factory=list)  # [(byte offset, seconds to pause after it)]
+    chunk: int = 1 << 16
+    requests: list = field(default_factory=list)  # (path, range header) log for tests
+
+
+def _byte_range(header: str, size: int) -> tuple[int, int]:
+    """An HTTP ``Range: bytes=a-b`` header -> inclusive (start, end); ValueError when unsatisfiable."""
+    unit, spec = header.split("=", 1)
+    a, b = spec.split("-", 1)
+    start = int(a) if a else max(0, size - int(b))
+    end = min(int(b), size - 1) if (a and b) else size - 1
+    if unit.strip() != "bytes" or start > end or start >= size:
+        raise ValueError(header)
+    return start, end
+
+
+def _stream(wfile, data: bytes, throttle, chunk: int) -> None:
+    """Write ``data`` in chunks, pausing after each (offset, seconds) stop of ``throttle``."""
+    pos = 0
+    for offset, pause in [*sorted(throttle), (len(data), 0.0)]:
+        offset = min(offset, len(data))
+        while pos < offset:
+            step = min(chunk, offset - pos)
+            wfile.write(data[pos: pos + step])
+            pos += step
+        wfile.flush()
+        if pause and pos < len(data):
+            time.sleep(pause)
+
+
+def _handler(cfg: _Config):
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, fmt, *args):  # the library logs, never prints
+            logger.debug("viewer server: " + fmt, *args)
+
+        def do_GET(self):  # noqa: N802 (http.server's name)
+            url = urllib.parse.urlsplit(self.path)
+            cfg.requests.append((url.path, self.headers.get("Range")))
+            if url.path in ("/", "/index.html"):
+                self.send_response(302)
+                self.send_header("Location", f"/viewer/index.html?file={SCENE_PATH}")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            if url.path == SCENE_PATH:
+                return self._scene()
+            return self._static(url.path)
+
+        def _send(self, code, body: bytes, ctype: str, extra=()):
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Cache-Control", "no-store")
+            for k, v in extra:
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def _static(self, path: str):
+            parts = Path(os.path.normpath(urllib.parse.unquote(path).lstrip("/"))).parts
+            # no '..' (normpath keeps a leading one) and only the served folders; links inside them
+            # (a linked node_modules) are followed
+            ok = bool(parts) and parts[0] in _SITE_FOLDERS + _NPM_FOLDERS and ".." not in parts
+            target = (cfg.site if parts[0] in _SITE_FOLDERS else cfg.npm_root).joinpath(*parts) if ok else None
+            ok = ok and target.is_file()
+            if not ok:
+                return self._send(404, b"not found", "text/plain")
+            ctype = mimetypes.guess_type(target.name)[0] or "application/octet-stream"
+            if target.suffix in (".js", ".mjs"):
+                ctype = "text/javascript"
+            self._send(200, target.read_bytes(), ctype)
+
+        def _scene(self):
+            data = cfg.pgms
+            rng = self.headers.get("Range")
+            if rng:
+                try:
+                    start, end = _byte_range(rng, len(data))
+                except ValueError:
+                    return self._send(416, b"", "application/octet-stream", [("Content-Range", f"bytes */{len(data)}")])
+                return self._send(206, data[start: end + 1], "application/octet-stream",
+                                  [("Content-Range", f"bytes {start}-{end}/{len(data)}"), ("Accept-Ranges", "bytes")])
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Content-Length", str(len(data)))
+            self.send_header("Accept-Ranges", "bytes")
+            self.send_header("Cache-Control", "no-store")
+            self.end_headers()
+            try:
+                _stream(self.wfile, data, cfg.throttle, cfg.chunk)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the page stopped reading (a --level view has what it needs)
+
+    return Handler
+
+
+class ViewerServer:
+    """A running local server (``url`` opens the viewer on the served file); ``close()`` stops it."""
+
+    def __init__(self, httpd: ThreadingHTTPServer, cfg: _Config):
+        self.httpd, self.cfg = httpd, cfg
+        self.port = httpd.server_address[1]
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def page_url(self, **params) -> str:
+        q = {"file": SCENE_PATH, **{k: (json.dumps(v) if isinstance(v, (dict, list)) else v) for k, v in params.items()}}
+        return f"{self.base}/viewer/index.html?{urllib.parse.urlencode(q)}"
+
+    @property
+    def requests(self) -> list:
+        return self.cfg.requests
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def serve(pgms: bytes | str | os.PathLike, *, port: int = 0, npm_root: Path = NPM_ROOT,
+          throttle: list[tuple[int, float]] | None = None) -> ViewerServer:
+    """Serve the viewer page and one .pgms on 127.0.0.1 (``port`` 0: any free port)."""
+    data = pgms if isinstance(pgms, (bytes, bytearray)) else Path(pgms).read_bytes()
+    cfg = _Config(bytes(data), site_root(), check_npm_root(npm_root), list(throttle or []))
+    httpd = ThreadingHTTPServer(("127.0.0.1", port), _handler(cfg))
+    httpd.daemon_threads = True
+    return ViewerServer(httpd, cfg)
+
+
+def as_format4(data: bytes) -> bytes:
+    """A .pgms the browser decoder reads: 4.x and 5.x as they are; 3.x recoded stream by stream with the 4.0
+    coders (the same symbols; only the prototype rows decode by 4.0's exact rule, a float32 ulp or
+    so apart); 1.x-2.x (other level semantics) raise :class:`ViewerError`."""
+    from ..pgms import bitstream as bs
+
+    major, _ = bs.read_preamble(data)
+    if major >= 4:
+        return bytes(data)
+    if major < 3:
+        raise ViewerError(f"format {major}.x files cannot be shown in the browser: decompress and compress them again")
+    out = [bs.MAGIC + struct.pack("<HH", *bs.VERSION)]
+    for sec in bs.iter_sections(data):
+        if sec.tag in ("HEAD", "SHQP", "END0"):
+            out.append(bs.pack_section(sec.tag, sec.payload, sec.level))
+            continue
+        parts, pos, p = [], 0, sec.payload
+        while pos < len(p):
+            kind, _coder, _width, _pad, _n, _alphabet, size = bs.STREAM_HEAD.unpack_from(p, pos)
+            chunk = p[pos: pos + bs.STREAM_HEAD.size + size]
+            parts.append(bs.encode_ints(bs.StreamReader(chunk, sec.tag).ints("stream")) if kind == bs.KIND_INT else chunk)
+            pos += len(chunk)
+        out.append(bs.pack_section(sec.tag, b"".join(parts), sec.level))
+    return b"".join(out)
+
+
+def level_offsets(data: bytes) -> list[int]:
+    """Byte offset of the end of each LEVL section (a prefix that long decodes that level)."""
+    from ..pgms.bitstream import iter_sections
+
+    return [s.offset + 16 + len(s.payload) for s in iter_sections(data) if s.tag == "LEVL"]
+
+
+def default_camera(data: bytes, level: int | None = None, width: int = 512, height: int = 512) -> dict:
+    """The camera of ``visionmoe-splat render --views 1`` for the decoded scene at ``level``, as the
+    page's ``camera`` parameter: world-to-camera matrix (row-major, OpenCV axes), fovx, target."""
+    from .. import decompress
+    from ..cameras import orbit_cameras
+
+    scene = decompress(data, level=level)
+    cam = orbit_cameras(scene, 1, width, height)
+    return {"viewmat": cam.viewmats[0].double().reshape(-1).tolist(), "fovx": 50.0}
+
+
+def _node() -> str:
+    node = shutil.which("node")
+    if node is None:
+        raise ViewerError("Node.js (node, version 20 or later) is needed for screenshots: install it (apt-get install nodejs)")
+    return node
+
+
+def screenshot(pgms: bytes | str | os.PathLike, out: str | os.PathLike, *, level: int | None = None,
+               width: int = 512, height: int = 512, timeout: float = 300.0, npm_root: Path = NPM_ROOT) -> dict:
+    """Render the .pgms (levels 0..``level``, default all) in headless Chromium with the default
+    camera of ``visionmoe-splat render --views 1`` and write a PNG to ``out`` (atomically).
+    -> the viewer's report (levels shown, bytes, milliseconds)."""
+    data = pgms if isinstance(pgms, (bytes, bytearray)) else Path(pgms).read_bytes()
+    npm_root = check_npm_root(npm_root)
+    node = _node()
+    cam = default_camera(data, level, width, height)
+    params = {"hud": 0, "width": width, "height": height, "camera": cam}
+    if level is not None:
+        params["level"] = level
+    out = Path(out)
+    with serve(data, npm_root=npm_root) as srv, tempfile.TemporaryDirectory() as tmp:
+        shot = Path(tmp) / "shot.png"
+        # the tool imports puppeteer from web/node_modules: it runs from the checkout's web/
+        cmd = [node, str(npm_root / "tools" / "screenshot.mjs"), "--url", srv.page_url(**params), "--out", str(shot),
+               "--width", str(width), "--height", str(height), "--timeout", str(int(timeout * 1000))]
+        try:
+            res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 30, cwd=npm_root)
+        except subprocess.TimeoutExpired:
+            raise ViewerError(f"headless Chromium did not finish within {timeout:.0f} s") from None
+        if res.returncode != 0:
+            lines = [ln for ln in (res.stderr or res.stdout).strip().splitlines() if ln.strip()]
+            raise ViewerError(f"screenshot failed: {lines[-1] if lines else f'exit status {res.returncode}'}")
+        report = json.loads(res.stdout.strip().splitlines()[-1])
+        atomic_write_bytes(out, shot.read_bytes())
+    return report
+
