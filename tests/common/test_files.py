@@ -82,3 +82,10 @@ def test_check_writable_probes_the_folder(tmp_path):
         ro.mkdir(mode=0o500)
         with pytest.raises(OutputPathError, match="cannot write"):
             check_writable(ro / "a.bin")
+
+
+def test_a_file_where_a_folder_should_be_is_a_clear_error(tmp_path):
+    (tmp_path / "f").write_bytes(b"")
+    assert check_output_path(tmp_path / "f" / "v.mp4") == tmp_path / "f" / "v.mp4"
+    with pytest.raises(OutputPathError, match="does not exist"):
+        check_writable(tmp_path / "f" / "v.mp4")

@@ -38,7 +38,7 @@ def check_output_path(path: str | os.PathLike) -> Path:
     path = Path(path)
     try:
         st = os.lstat(path)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # nothing there (or a file where a folder should be)
         return path
     if not stat.S_ISREG(st.st_mode):
         raise OutputPathError(f"{path} exists and is not a regular file ({_kind(st.st_mode)}); refusing to replace it")
