@@ -353,7 +353,7 @@ export function readTransform(payload, shDegree) {
 
 /**
  * Map a decoded scene (in place) from the file's coded frame to the scene's: the same float64
- * operations in the same order as the Python decoder (similarity.apply_file_transform_), one
+ * operations in the same order as the Python decoder (pgms/file_transform.py, apply_file_transform_), one
  * float32 rounding per value, so both give the same bits.
  */
 function applyTransform(s, xf) {

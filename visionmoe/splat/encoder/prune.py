@@ -75,8 +75,8 @@ _PRUNE_REFILL_BELOW = 0.97
 # playbot_lod0 at SPZ's size 46.56 -> 46.72). A refined cut codes to a little more than the cut
 # it refines and needs that headroom: topped up, statue_st_peter and ertz_couch at 20x lost 0.6
 # and 0.3 dB. Widening the refill itself to every variant 1% short instead lost fruit_drops at
-# 5x 2.1 dB: another variant was refilled, and rendered worse (docs/EVALUATION.md, "Topping up
-# to the target").
+# 5x 2.1 dB: another variant was refilled, and rendered worse (docs/EVALUATION.md, "PGMS: tried,
+# not kept").
 _TOP_UP_BELOW = 0.99
 _TOP_UP_AIM = 0.995
 
