@@ -60,4 +60,4 @@ wheel: build
 	@ls -l dist/visionmoe-*.whl
 
 clean:
-	rm -rf build dist visionmoe/*.so *.egg-info
+	rm -rf build dist visionmoe/*.so *.egg-info visionmoe/splat/viewer/site

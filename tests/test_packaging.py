@@ -78,8 +78,8 @@ def test_package_metadata_and_data():
     assert (REPO / "visionmoe" / "py.typed").is_file()
     scripts = PYPROJECT["project"]["scripts"]
     assert scripts == {"visionmoe-splat": "visionmoe.splat.cli:main", "visionmoe-video": "visionmoe.video.cli:main"}
-    from visionmoe.video.tiny import DEFAULT_ASSETS
-    from visionmoe.video.toy_world import TOY_WORLD_PATH
+    from visionmoe.video.models.tiny import DEFAULT_ASSETS
+    from visionmoe.video.models.toy_world import TOY_WORLD_PATH
 
     for folder in (TOY_WORLD_PATH, DEFAULT_ASSETS):
         assert folder.is_dir() and folder.is_relative_to(REPO / "visionmoe")  # package data, not the checkout's assets/
@@ -125,10 +125,14 @@ def test_wheel_in_a_fresh_venv(tmp_path):
     work.mkdir()
     run_env = {k: v for k, v in env.items() if k != "PYTHONPATH"} | {"HF_HUB_OFFLINE": "1"}
     bin_ = venv / "bin"
-    where = _run([str(py), "-c", "import visionmoe, visionmoe.video.toy_world as t; print(visionmoe.__file__); "
+    where = _run([str(py), "-c", "import visionmoe, visionmoe.video.models.toy_world as t; print(visionmoe.__file__); "
                   "print(t.TOY_WORLD_PATH); print(visionmoe.__version__)"], cwd=work, env=run_env).split()
     assert all(Path(p).is_relative_to(site) for p in where[:2]), where
     assert where[2] == md.version("visionmoe")
+    # the viewer page travels as package data, not as a path into a checkout
+    page = site / "visionmoe" / "splat" / "viewer" / "site"
+    assert (page / "viewer" / "index.html").is_file() and (page / "src" / "pgms.js").is_file()
+    assert not (page / "viewer").is_symlink()
     assert _run([str(bin_ / "visionmoe-video"), "--version"], cwd=work, env=run_env).strip().endswith(where[2])
     helptext = _run([str(bin_ / "visionmoe-splat"), "--help"], cwd=work, env=run_env)
     if "--version" in helptext:

@@ -210,42 +210,21 @@ def test_scene_shape_errors():
     assert PlyProperty  # plyfile API used above
 
 
-def test_atomic_writer_gives_umask_permissions_and_leaves_no_temp_file(tmp_path):
-    """Every file the library writes (ply, pgms) goes through one atomic writer: the new file has
-    the permissions the user's umask gives (not mkstemp's 0600), and no temporary file stays."""
+def test_ply_files_get_umask_permissions_and_leave_no_temp_file(tmp_path):
+    """.ply files go through the one atomic writer (visionmoe.common.files, tested in
+    tests/common): the user's umask sets their permissions, and no temporary file stays."""
     import os
     import stat
 
-    from visionmoe.common.files import atomic_write_bytes
-
     old = os.umask(0o022)
     try:
-        p = atomic_write_bytes(tmp_path / "a.bin", b"x")
         ply = write_ply(_tiny(), tmp_path / "b.ply")
         os.umask(0o077)
-        q = atomic_write_bytes(tmp_path / "c.bin", b"y")
+        private = write_ply(_tiny(), tmp_path / "c.ply")
     finally:
         os.umask(old)
-    assert stat.S_IMODE(p.stat().st_mode) == 0o644 and stat.S_IMODE(ply.stat().st_mode) == 0o644
-    assert stat.S_IMODE(q.stat().st_mode) == 0o600
-    assert sorted(x.name for x in tmp_path.iterdir()) == ["a.bin", "b.ply", "c.bin"]
-
-
-def test_atomic_writer_keeps_the_old_file_on_error_and_refuses_folders(tmp_path):
-    from visionmoe.common.files import OutputPathError, atomic_write, atomic_write_bytes
-
-    target = atomic_write_bytes(tmp_path / "a.bin", b"old")
-
-    def fail(f):
-        f.write(b"half")
-        raise RuntimeError("disk full")
-
-    with pytest.raises(RuntimeError):
-        atomic_write(target, fail)
-    assert target.read_bytes() == b"old" and [x.name for x in tmp_path.iterdir()] == ["a.bin"]
-    (tmp_path / "d").mkdir()
-    with pytest.raises(OutputPathError, match="not a regular file"):
-        atomic_write_bytes(tmp_path / "d", b"x")
+    assert stat.S_IMODE(ply.stat().st_mode) == 0o644 and stat.S_IMODE(private.stat().st_mode) == 0o600
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["b.ply", "c.ply"]
 
 
 def _tiny() -> GaussianScene:
