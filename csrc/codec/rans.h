@@ -1,6 +1,6 @@
 // The .pgms format's interleaved rANS (coder 4, docs/FORMAT.md "Coder 4: interleaved rANS"):
 // the bytes are defined by the format, so these loops must write and accept exactly what the
-// numpy reference in visionmoe/splat/rans.py does. CPU only: a stream is one sequential chain
+// numpy reference in visionmoe/splat/pgms/rans.py does. CPU only: a stream is one sequential chain
 // per lane, and the encoder codes hundreds of small streams per file.
 #pragma once
 #include <ATen/ATen.h>

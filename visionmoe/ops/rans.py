@@ -1,6 +1,6 @@
 """The compiled loops of the .pgms format's interleaved rANS (coder 4), on numpy arrays.
 
-``visionmoe.splat.rans`` owns the format (tables, headers, checks) and keeps numpy loops as
+``visionmoe.splat.pgms.rans`` owns the format (tables, headers, checks) and keeps numpy loops as
 the reference and as the fallback where the extension is not built; these are the same loops
 in C++ (``csrc/codec/rans_cpu.cpp``), byte for byte, several times faster (docs/OPS.md,
 ``scripts/bench_rans.py``).

@@ -1,5 +1,5 @@
 // Coder 4 of the .pgms format: interleaved rANS with stored integer frequencies.
-// Specification: docs/FORMAT.md ("Coder 4: interleaved rANS"); Python: visionmoe/splat/rans.py.
+// Specification: docs/FORMAT.md ("Coder 4: interleaved rANS"); Python: visionmoe/splat/pgms/rans.py.
 //
 //   body = lanes u16 | precision u8 | table_coder u8 | table_len u32 | table
 //          | state[lanes] u32 | word u16 ...
