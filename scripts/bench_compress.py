@@ -392,4 +392,9 @@ def plot(rows, path: Path, args) -> None:
 
 
 if __name__ == "__main__":
+    if "--scaling" in sys.argv[1:]:  # the encoder's cost model against N: scripts/bench_scaling.py
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from bench_scaling import main as scaling_main
+
+        sys.exit(scaling_main([a for a in sys.argv[1:] if a != "--scaling"]))
     sys.exit(main())
