@@ -7,11 +7,12 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 DEPS_STAMP := $(VENV)/.deps-stamp
 INSTALL_STAMP := $(VENV)/.install-stamp
+WEB_STAMP := web/node_modules/.install-stamp
 export MAX_JOBS ?= 2
 export HF_HUB_OFFLINE := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: all build demo test bench wheel clean web-deps
+.PHONY: all build demo test bench wheel clean web-deps web-bundle
 
 all: build
 
@@ -27,8 +28,9 @@ $(INSTALL_STAMP): $(DEPS_STAMP) setup.py pyproject.toml
 	VISIONMOE_SKIP_EXT=1 $(PIP) install -q --no-build-isolation --no-deps -e .
 	touch $@
 
-# build_ext re-runs ninja every time: only changed kernels recompile.
-build: $(INSTALL_STAMP)
+# build_ext re-runs ninja every time: only changed kernels recompile. It also rebuilds the viewer
+# bundle (package data, from web/ with its npm packages) when an input changed.
+build: $(INSTALL_STAMP) $(WEB_STAMP)
 	$(PY) setup.py -q build_ext --inplace
 	$(PY) -c "import visionmoe.ops as o; print('visionmoe._C:', o.build_info())"
 
@@ -38,9 +40,9 @@ demo: build
 test: build web-deps
 	$(PY) -m pytest -q -p no:cacheprovider tests
 
-# The web decoder/viewer tests (tests/web) need Node 20+, web/'s npm packages (lock file) and
-# the distribution's Chromium (never a browser download): installed here when missing.
-WEB_STAMP := web/node_modules/.install-stamp
+# The build needs Node 20+ and web/'s npm packages (lock file: esbuild bundles the viewer); the web
+# tests (tests/web) also need the distribution's Chromium (never a browser download). Installed
+# here when missing.
 web-deps: $(WEB_STAMP)
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
@@ -50,6 +52,10 @@ $(WEB_STAMP): web/package.json web/package-lock.json
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null; }
 	cd web && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
+
+# the viewer bundle alone (visionmoe/splat/viewer/site: web/tools/bundle.mjs, run by setup.py when stale)
+web-bundle: $(WEB_STAMP) $(INSTALL_STAMP)
+	$(PY) setup.py -q build_py
 
 bench: build
 	$(PY) scripts/bench_routing.py

@@ -6,10 +6,12 @@ torch is imported here, so install with `pip install --no-build-isolation -e .`.
 """
 
 import glob
+import hashlib
+import json
 import os
-import sys
-
 import shutil
+import subprocess
+import sys
 
 import torch
 from setuptools import find_packages, setup
@@ -82,48 +84,80 @@ def extension():
     )
 
 
-# The viewer page's files (web/viewer, and the decoder it imports from web/src) are package data
-# of visionmoe.splat.viewer, in its site/ folder (git-ignored): copied there in a wheel, linked
-# back into web/ by an editable or in-place build (so that an edit under web/ shows at once).
-# The npm packages (web/node_modules) are not package data: the viewer takes them from web/.
+# The viewer site is package data of visionmoe.splat.viewer (site/, git-ignored) and a build
+# product: web/tools/bundle.mjs (esbuild) bundles the page (web/viewer, the decoder in web/src,
+# three, Spark, fzstd) and the screenshot tool (puppeteer-core) from web/'s npm packages, so that
+# an installed package serves it with no Node, npm or checkout. It is built in the source tree
+# when its inputs changed (site/bundle.json holds their hash) and copied into a wheel: an
+# editable install, `make build` and the wheel serve the same files.
 VIEWER_SITE = os.path.join("visionmoe", "splat", "viewer", "site")
-VIEWER_FOLDERS = ("viewer", "src")
+WEB = os.path.join(HERE, "web")
+BUNDLE_INPUTS = ("viewer", "src", "tools", "package.json", "package-lock.json")
 
 
-def stage_viewer_site(dest: str, link: bool) -> None:
-    os.makedirs(dest, exist_ok=True)
-    for name in VIEWER_FOLDERS:
-        source, target = os.path.join(HERE, "web", name), os.path.join(dest, name)
-        if not os.path.isdir(source):  # not a source checkout (an sdist without web/): no page
-            continue
-        if os.path.islink(target) or os.path.isfile(target):
-            os.unlink(target)
-        elif os.path.isdir(target):
-            shutil.rmtree(target)
-        if link:
-            os.symlink(os.path.relpath(source, dest), target)
-        else:
-            shutil.copytree(source, target, ignore=shutil.ignore_patterns("*.pgms"))
+def viewer_inputs_hash() -> str:
+    digest = hashlib.sha256()
+    for name in BUNDLE_INPUTS:
+        top = os.path.join(WEB, name)
+        files = [top] if os.path.isfile(top) else sorted(glob.glob(os.path.join(top, "**", "*"), recursive=True))
+        for path in files:
+            if os.path.isfile(path) and not path.endswith(".pgms"):
+                digest.update(os.path.relpath(path, WEB).encode() + b"\0")
+                with open(path, "rb") as f:
+                    digest.update(f.read() + b"\0")
+    return digest.hexdigest()
+
+
+def _run_web(cmd: list, what: str) -> None:
+    res = subprocess.run(cmd, cwd=WEB, capture_output=True, text=True)
+    if res.returncode != 0:
+        lines = [ln for ln in (res.stderr or res.stdout).strip().splitlines() if ln.strip()]
+        sys.exit(f"{what} failed in web/: {lines[-1] if lines else f'exit status {res.returncode}'}")
+
+
+def build_viewer_site() -> str | None:
+    """Bring ``visionmoe/splat/viewer/site`` up to date with web/; -> its path (None: no web/, no site)."""
+    site = os.path.join(HERE, VIEWER_SITE)
+    built = os.path.isfile(os.path.join(site, "viewer", "index.html"))
+    if not os.path.isdir(os.path.join(WEB, "viewer")):  # an sdist without web/: a site built before, if any
+        return site if built else None
+    stamp = viewer_inputs_hash()
+    try:
+        with open(os.path.join(site, "bundle.json")) as f:
+            if built and json.load(f).get("stamp") == stamp:
+                return site
+    except (OSError, ValueError):
+        pass
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        sys.exit("building the viewer bundle (package data) needs Node.js 20+ and npm: install them "
+                 "(e.g. apt-get install nodejs npm, or `make web-deps`) and build again")
+    lock = os.path.join(WEB, "node_modules", ".package-lock.json")
+    if not os.path.isfile(lock) or os.path.getmtime(lock) < os.path.getmtime(os.path.join(WEB, "package-lock.json")):
+        _run_web([npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"], "npm ci")
+    _run_web([node, os.path.join("tools", "bundle.mjs"), "--out", site, "--stamp", stamp], "the viewer bundle")
+    return site
 
 
 class BuildPy(build_py):
-    """build_py that also puts the viewer page into the package (see ``stage_viewer_site``)."""
+    """build_py that also brings the viewer site up to date and puts it into the package (see above)."""
 
     def run(self):
         super().run()
-        if getattr(self, "editable_mode", False):
-            stage_viewer_site(os.path.join(HERE, VIEWER_SITE), link=True)
-        else:
-            stage_viewer_site(os.path.join(self.build_lib, VIEWER_SITE), link=False)
+        site = build_viewer_site()
+        if site is not None and not getattr(self, "editable_mode", False):
+            target = os.path.join(self.build_lib, VIEWER_SITE)
+            shutil.rmtree(target, ignore_errors=True)  # no file of an older site stays behind
+            shutil.copytree(site, target)
 
 
 class BuildExt(BuildExtension.with_options(use_ninja=True)):
-    """build_ext; ``--inplace`` (the Makefile's build) also links the viewer page into the package."""
+    """build_ext; ``--inplace`` (the Makefile's build) also brings the viewer site up to date."""
 
     def run(self):
         super().run()
         if self.inplace:
-            stage_viewer_site(os.path.join(HERE, VIEWER_SITE), link=True)
+            build_viewer_site()
 
 
 # VISIONMOE_SKIP_EXT=1: install the Python package only (the Makefile builds _C in place

@@ -1,5 +1,6 @@
 // Progressive .pgms viewer: streams the file, shows each pyramid level as soon as its section
-// has arrived (coarse to fine), rendered by Spark (three.js). Query parameters:
+// has arrived (coarse to fine), rendered by Spark (three.js). The build bundles this page with its
+// npm packages (tools/bundle.mjs), so it is served as plain files. Query parameters:
 //   file=URL          the .pgms to show (default ../scene.pgms)
 //   level=L           stop refining after level L
 //   camera=JSON       {"viewmat": [16 numbers, row-major world-to-camera, OpenCV axes], "fovx": degrees}
@@ -12,9 +13,10 @@
 
 import * as THREE from "three";
 import { OrbitControls } from "three/addons/controls/OrbitControls.js";
-import { SparkRenderer, SplatMesh } from "@sparkjsdev/spark";
+import { SparkRenderer } from "@sparkjsdev/spark";
 import { PgmsStream } from "../src/pgms.js";
-import { sceneToPly, orbitCamera } from "../src/scene.js";
+import { orbitCamera } from "../src/scene.js";
+import { sceneToSplatMesh } from "../src/loader.js";
 
 const params = new URLSearchParams(location.search);
 const fileUrl = params.get("file") || "../scene.pgms";
@@ -135,14 +137,8 @@ function show(level, sc, bytes) {
       const c = orbitCamera(sc, { fovDeg: 50, elevationDeg: 20 });
       setCamera(c.viewmat, c.fovx, c.target);
     }
-    const next = new SplatMesh({ fileBytes: sceneToPly(sc), fileType: "ply", extSplats: true, enableLod: false });
+    const next = sceneToSplatMesh(sc, params.has("maxsh") ? { maxSh: Number(params.get("maxsh")) } : {});
     await next.initialized;
-    if (params.has("maxsh")) {
-      const d = Number(params.get("maxsh"));
-      next.maxSh = d;
-      next.extSplats?.setMaxSh?.(d);
-      next.packedSplats?.setMaxSh?.(d);
-    }
     scene.add(next);
     if (mesh) {
       scene.remove(mesh);
