@@ -1,12 +1,13 @@
 """View a .pgms in the browser: a local HTTP server for the progressive viewer page and
 headless-Chromium screenshots of it.
 
-The page (``viewer/index.html`` and the decoder it imports from ``src/``, both from ``web/``) is
-package data of :mod:`visionmoe.splat.viewer` (``site/``, put there by the build: copies in a
-wheel, links into ``web/`` in an editable build). It fetches the file as a stream and shows each
-pyramid level as soon as its section has arrived; it renders with Spark (three.js) from the npm
-packages of a source checkout's ``web/node_modules`` (``npm ci`` in ``web/``), nothing is
-downloaded at run time. The server answers HTTP Range requests for the file and can throttle it
+The page (``viewer/index.html`` and one ES module bundling ``web/viewer/viewer.js``, the decoder
+in ``web/src/``, three, Spark and fzstd) and the screenshot tool (``tools/screenshot.mjs``, bundled
+with puppeteer-core) are package data of :mod:`visionmoe.splat.viewer` (``site/``, built from
+``web/`` by setup.py with ``web/tools/bundle.mjs``), so an installed package needs no checkout,
+npm or download. The page fetches the file as a stream and shows each pyramid level as soon as
+its section has arrived, rendered with Spark (three.js). The server answers HTTP Range requests
+for the file and can throttle it
 (``throttle``: pause after given byte offsets), which the browser tests use to make the levels
 arrive one by one.
 """
@@ -36,9 +37,9 @@ logger = logging.getLogger(__name__)
 __all__ = ["NPM_ROOT", "ViewerError", "ViewerServer", "site_root", "serve", "as_format4", "level_offsets",
            "default_camera", "screenshot"]
 
-# The npm packages the page imports (three, Spark, fzstd) and the screenshot tool (puppeteer) are
-# those of a source checkout's web/ folder: they are not package data (yet).
-NPM_ROOT = Path(__file__).resolve().parents[3] / "web"
+# The folder whose tools/screenshot.mjs (the bundled screenshot tool) runs: the package's site/,
+# next to the page (the npm packages are inside the bundles; nothing is served from node_modules).
+NPM_ROOT = Path(__file__).resolve().parent / "site"
 SCENE_PATH = "/scene.pgms"
 # only these folders are served: the page's own (package data) and the npm packages
 _SITE_FOLDERS = ("viewer", "src")
@@ -50,24 +51,27 @@ class ViewerError(RuntimeError):
 
 
 def site_root() -> Path:
-    """The folder of the viewer page's files (package data ``visionmoe/splat/viewer/site``)."""
+    """The folder of the viewer page's files (package data ``visionmoe/splat/viewer/site``, the
+    bundle setup.py builds from web/)."""
     site = importlib.resources.files(__package__).joinpath("site")
     try:
         site = Path(os.fspath(site))
     except TypeError:  # a package not on a file system (a zip): the server needs real files
         raise ViewerError(f"the viewer's page needs visionmoe installed as files, not from {site}") from None
-    if not (site / "viewer" / "index.html").is_file():
-        raise ViewerError(f"the viewer page is missing: {site / 'viewer' / 'index.html'} (in a source checkout, "
-                          "`make build` puts it there)")
+    for name in ("index.html", "viewer.js"):
+        if not (site / "viewer" / name).is_file():
+            raise ViewerError(f"the viewer page is missing: {site / 'viewer' / name} (a source checkout builds it "
+                              "with `make build`, which needs Node.js and npm)")
     return site
 
 
 def check_npm_root(npm_root: Path = NPM_ROOT) -> Path:
+    """``npm_root`` if it holds the screenshot tool (``tools/screenshot.mjs``), else ViewerError."""
     npm_root = Path(npm_root)
-    for pkg in ("three", "@sparkjsdev/spark", "fzstd"):
-        if not (npm_root / "node_modules" / pkg / "package.json").is_file():
-            raise ViewerError(f"the viewer's npm packages are missing ({pkg}): run `npm ci` in {npm_root} "
-                              "(or `make web-deps`) in a source checkout")
+    tool = npm_root / "tools" / "screenshot.mjs"
+    if not tool.is_file():
+        raise ViewerError(f"the screenshot tool is missing: {tool} (a source checkout builds it with `make build`, "
+                          "which needs Node.js and npm)")
     return npm_root
 
 
@@ -207,7 +211,7 @@ def serve(pgms: bytes | str | os.PathLike, *, port: int = 0, npm_root: Path = NP
           throttle: list[tuple[int, float]] | None = None) -> ViewerServer:
     """Serve the viewer page and one .pgms on 127.0.0.1 (``port`` 0: any free port)."""
     data = pgms if isinstance(pgms, (bytes, bytearray)) else Path(pgms).read_bytes()
-    cfg = _Config(bytes(data), site_root(), check_npm_root(npm_root), list(throttle or []))
+    cfg = _Config(bytes(data), site_root(), Path(npm_root), list(throttle or []))
     httpd = ThreadingHTTPServer(("127.0.0.1", port), _handler(cfg))
     httpd.daemon_threads = True
     return ViewerServer(httpd, cfg)
