@@ -14,6 +14,7 @@ import torch
 from plyfile import PlyData, PlyElement
 
 from ..common.files import atomic_write
+from ._finite import verdict
 
 logger = logging.getLogger(__name__)
 
@@ -223,8 +224,9 @@ def read_ply(path: str | os.PathLike, *, nonfinite: str = "reject") -> GaussianS
     Extra properties and elements are ignored; the attribute properties must be float or
     double. Every problem raises :class:`SceneError` naming the file and what was expected:
     a header that is not a .ply, missing or mistyped properties, zero Gaussians, a body
-    shorter than the header declares. ``nonfinite``: "reject" raises SceneError on NaN/Inf
-    values; "drop" removes those Gaussians and logs how many.
+    shorter than the header declares. ``nonfinite``: "reject" raises SceneError on values that
+    are not finite after activation in float32 (:func:`.scene_check.check_finite`); "drop"
+    removes those Gaussians and logs how many.
     """
     if nonfinite not in ("reject", "drop"):
         raise ValueError(f"nonfinite must be 'reject' or 'drop', got {nonfinite!r}")
@@ -273,18 +275,13 @@ def read_ply(path: str | os.PathLike, *, nonfinite: str = "reject") -> GaussianS
         scales = stack(["scale_0", "scale_1", "scale_2"])
         quats = stack(["rot_0", "rot_1", "rot_2", "rot_3"])
 
-    finite = (
-        np.isfinite(means).all(1) & np.isfinite(dc).all(1) & np.isfinite(rest).all((1, 2))
-        & np.isfinite(opacity) & np.isfinite(scales).all(1) & np.isfinite(quats).all(1)
-    )
-    bad = int(n - finite.sum())
-    if bad:
-        if nonfinite == "reject":
-            raise SceneError(f"{path}: {bad} of {n} Gaussians have NaN/Inf values (use nonfinite='drop' to skip them)")
-        if bad == n:
-            raise SceneError(f"{path}: every Gaussian ({n}) has NaN/Inf values")
-        logger.warning("%s: dropped %d of %d Gaussians with NaN/Inf values", path, bad, n)
-        means, dc, rest, opacity, scales, quats = (a[finite] for a in (means, dc, rest, opacity, scales, quats))
+    # the one finiteness rule (scene_check's, on the arrays: scene_check imports this module)
+    keep, error = verdict({"means": means, "quats": quats, "log_scales": scales, "opacity_logits": opacity,
+                           "sh_dc": dc, "sh_rest": rest}, str(path), nonfinite)
+    if error:
+        raise SceneError(error)
+    if keep is not None:
+        means, dc, rest, opacity, scales, quats = (a[keep] for a in (means, dc, rest, opacity, scales, quats))
 
     def t(a):  # contiguous and writable (a column of a small file can be a read-only view; torch warns)
         return torch.from_numpy(np.require(a, requirements=["C", "W"]))

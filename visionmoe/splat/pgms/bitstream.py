@@ -30,14 +30,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from .coders import (_SLOW_CODER_LIMIT, ALL_CODERS, CODER_LZMA, CODER_NAMES, CODER_RANS, CODER_RANS4, CODER_RAW, CODER_ZSTD,
-                     PROBE_CODERS, rans4_decode, rans4_encode,
+                     LEGACY_CODERS, PROBE_CODERS, rans4_decode, rans4_encode,
                      FormatError, byte_width, lzma_compress, planes, rans_encode, unplanes, unzigzag, zigzag,
                      zstd_compress, zstd_decompress, lzma_decompress, rans_decode)
 # (Quantizer, ShGrid, Palettes, identity_frames, decorrelate_dc... are re-exported:
 # ``bitstream`` stays the one import for the format's types.)
 from .file_transform import XFRM, FileTransform  # noqa: F401 (re-exported: section XFRM)
-from .quantize import (MAX_PALETTE, PALETTE_CHANNELS, PALETTE_NONE, PALETTE_PREDICTED, DecodedLevel, Palettes,
-                       Parents, Quantizer, ShapeTable, ShGrid, Tables, correlate_dc, decorrelate_dc, dequantize_level,
+from .quantize import (MAX_ABS_LOG_SCALE, MAX_PALETTE, PALETTE_CHANNELS, PALETTE_NONE, PALETTE_PREDICTED,
+                       DecodedLevel, Palettes, Parents, Quantizer, ShapeTable, ShGrid, Tables, correlate_dc, decorrelate_dc, dequantize_level,
                        identity_frames)  # noqa: F401
 
 MAGIC = b"\x89PGMS\r\n\x1a"
@@ -204,10 +204,12 @@ class StreamWriter:
 
 
 class StreamReader:
-    """Reads the streams of one section payload in order, validating every field."""
+    """Reads the streams of one section payload in order, validating every field. ``major``: the
+    file's format version (coders 2 and 3 are refused from 4.x on); None for a stream read on its
+    own (every coder)."""
 
-    def __init__(self, payload: bytes, where: str):
-        self.b, self.pos, self.where = payload, 0, where
+    def __init__(self, payload: bytes, where: str, major: int | None = None):
+        self.b, self.pos, self.where, self.major = payload, 0, where, major
 
     def _head(self, name: str):
         if self.pos + STREAM_HEAD.size > len(self.b):
@@ -238,6 +240,9 @@ class StreamReader:
             raise FormatError(f"{self.where}: stream {name!r} holds {n} values, expected {n_expected}")
         if alphabet > (1 << (8 * width)) or (n and alphabet == 0) or (n and width != byte_width(alphabet - 1)):
             raise FormatError(f"{self.where}: stream {name!r} alphabet {alphabet} does not fit width {width}")
+        if self.major is not None and self.major >= 4 and coder in LEGACY_CODERS:
+            raise FormatError(f"{self.where}: stream {name!r} uses coder {coder} ({CODER_NAMES[coder]}), which format "
+                              f"{self.major}.x does not allow (raw, zstd and rANS coder 4 only)")
         size = n * width
         if coder == CODER_RAW:
             if len(body) != size:
@@ -298,8 +303,8 @@ def write_palettes(w: "StreamWriter", pal: Palettes) -> None:
             w.floats(f"palette_{c}", pal.values[c], half=False)
 
 
-def read_palettes(payload: bytes) -> Palettes:
-    r = StreamReader(payload, "PALT")
+def read_palettes(payload: bytes, major: int | None = None) -> Palettes:
+    r = StreamReader(payload, "PALT", major)
     modes = r.ints("palette_mode", len(PALETTE_CHANNELS), 0, 2)
     values, mode = {}, {}
     for c, m in zip(PALETTE_CHANNELS, modes.tolist()):
@@ -313,7 +318,7 @@ def read_palettes(payload: bytes) -> Palettes:
         v = r.floats(f"palette_{c}", n)
         if kind != KIND_F32 or (n > 1 and not (np.diff(v.astype(np.float64)) > 0).all()):
             raise FormatError(f"PALT: palette {c} is not a strictly increasing float32 table")
-        if c.startswith("ls") and np.abs(v).max() > 80:
+        if c.startswith("ls") and np.abs(v).max() > MAX_ABS_LOG_SCALE:
             raise FormatError(f"PALT: palette {c} holds log-scales out of range")
         values[c], mode[c] = v.astype(np.float32), m
     r.done()
@@ -575,7 +580,7 @@ def read_tables(header: Header, books: dict, major: int = VERSION[0]) -> tuple[T
         k_cb = (header.sh_codebook_degree + 1) ** 2 - 1
         sh_cb = r.floats("sh_codebook", header.sh_codebook_size * k_cb * 3).reshape(-1, k_cb, 3)
         r.done()
-    pal = read_palettes(books["PALT"]) if "PALT" in books else None
+    pal = read_palettes(books["PALT"], major) if "PALT" in books else None
     if "SHQP" in books:
         if sh_cb is not None or len(books["SHQP"]) != SHQP.size:
             raise FormatError("SHQP: section has the wrong size or comes with an SH codebook")

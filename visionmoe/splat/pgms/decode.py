@@ -17,9 +17,10 @@ import numpy as np
 import torch
 
 from ..io import GaussianScene, SceneError
+from ..scene_check import check_finite
 from . import bitstream as bs
 from .file_transform import apply_file_transform_
-from .quantize import DecodedLevel, Parents, ShGrid, dequantize_level
+from .quantize import MAX_ABS_LOG_SCALE, DecodedLevel, Parents, ShGrid, dequantize_level
 
 __all__ = ["DecodeMemoryError", "TRUSTED", "decode_budget", "decode_bytes_needed", "decompress", "level_node_counts",
            "memory_needed", "info"]
@@ -207,7 +208,7 @@ def _decode(data: bytes, level: int | None, max_memory: int | None, coded_frame:
 
     for lv in range(stop + 1):
         n, fine, where = counts[lv], lv == fine_level, f"level {lv}"
-        sym = bs.read_level(bs.StreamReader(payloads[lv], where), n, fine, header, tables)
+        sym = bs.read_level(bs.StreamReader(payloads[lv], where, major), n, fine, header, tables)
         cc = sym["child_count"]
         _check_children(cc, lv, fine_level, counts)
         if lv < stop:
@@ -229,9 +230,21 @@ def _decode(data: bytes, level: int | None, max_memory: int | None, coded_frame:
     if back is not None and not coded_frame:  # the file codes the scene in its canonical frame: map it back
         with np.errstate(over="ignore", invalid="ignore"):
             apply_file_transform_(out.means, out.quats, out.log_scales, out.rest, back)
-        if not (np.isfinite(out.means).all() and np.isfinite(out.log_scales).all()):
-            raise bs.FormatError("corrupt .pgms: positions or scales are not finite in the scene's frame (XFRM)")
-    return out.scene()
+        if not np.isfinite(out.means).all():
+            raise bs.FormatError("corrupt .pgms: positions are not finite in the scene's frame (XFRM)")
+        if not (np.abs(out.log_scales) <= MAX_ABS_LOG_SCALE).all():  # NaN fails too
+            raise bs.FormatError(f"corrupt .pgms: log-scales leave [-{MAX_ABS_LOG_SCALE:g}, {MAX_ABS_LOG_SCALE:g}] "
+                                 "in the scene's frame (XFRM)")
+    return _finite(out.scene())
+
+
+def _finite(scene: GaussianScene) -> GaussianScene:
+    """The one finiteness rule of every reader (``scene_check``): a decoded scene is finite after
+    activation in float32 or the file is corrupt. The format's bounds imply it; this states it."""
+    try:
+        return check_finite(scene, "decoded scene")[0]
+    except SceneError as exc:
+        raise bs.FormatError(f"corrupt .pgms: {str(exc).split(' (use nonfinite=')[0]}") from None
 
 
 def info(path_or_bytes) -> dict:

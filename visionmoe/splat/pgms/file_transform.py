@@ -45,8 +45,10 @@ class FileTransform:
         if not all(np.isfinite(v)):
             raise FormatError("XFRM: non-finite transform")
         q, t, s, ls = v[:4], v[4:7], v[7], v[8]
-        if abs(float(np.linalg.norm(q)) - 1.0) > 1e-9:
-            raise FormatError(f"XFRM: rotation quaternion of norm {float(np.linalg.norm(q)):.12g}, expected 1")
+        with np.errstate(over="ignore"):  # a huge component overflows the norm to inf: refused below
+            norm = float(np.linalg.norm(q))
+        if abs(norm - 1.0) > 1e-9:
+            raise FormatError(f"XFRM: rotation quaternion of norm {norm:.12g}, expected 1")
         if not XFRM_SCALE_RANGE[0] <= s <= XFRM_SCALE_RANGE[1] or max(abs(x) for x in t) > XFRM_MAX_TRANSLATION:
             raise FormatError(f"XFRM: scale {s:.6g} or translation {t} out of range")
         if abs(np.log(s) - ls) > 1e-9 * max(1.0, abs(ls)):
@@ -56,8 +58,11 @@ class FileTransform:
             n = 2 * l + 1
             D = np.frombuffer(payload, "<f4", n * n, pos).reshape(n, n)
             pos += 4 * n * n
-            if not np.isfinite(D).all() or np.abs(D.astype(np.float64) @ D.T - np.eye(n)).max() > 1e-5:
-                raise FormatError(f"XFRM: SH band {l} matrix is not a rotation")
+            D64 = D.astype(np.float64)
+            # orthogonal within 1e-5 and determinant +1 (the encoder writes rotations only: a band
+            # matrix of a proper rotation); |det| is then within 1e-4 of 1, so its sign is robust
+            if not np.isfinite(D).all() or np.abs(D64 @ D64.T - np.eye(n)).max() > 1e-5 or np.linalg.det(D64) <= 0:
+                raise FormatError(f"XFRM: SH band {l} matrix is not a rotation (orthogonal within 1e-5, determinant +1)")
             bands.append(D)
         return cls(tuple(q), tuple(t), float(s), float(ls), tuple(bands))
 

@@ -25,8 +25,12 @@ __all__ = [
     "Quantizer", "ShGrid", "Palettes", "Parents", "Tables", "ShapeTable", "DecodedLevel", "LevelMemo",
     "quantize_level", "dequantize_level", "identity_frames", "decorrelate_dc", "correlate_dc",
     "nearest_index", "sigmoid", "PALETTE_CHANNELS", "PALETTE_NONE", "PALETTE_ABSOLUTE", "PALETTE_PREDICTED",
-    "MAX_PALETTE",
+    "MAX_PALETTE", "MAX_ABS_LOG_SCALE",
 ]
+
+#: every decoded log-scale, in the coded frame and after XFRM, lies in [-80, 80]: exp of it is
+#: finite in float32 (exp(80) ~ 5.5e34 < 3.4e38), and the encoder clamps inputs to [-30, 30]
+MAX_ABS_LOG_SCALE = 80.0
 
 
 @dataclass(frozen=True)
@@ -566,7 +570,7 @@ def dequantize_level(sym: dict, parents: Parents, fine: bool, quant: Quantizer, 
         log_scales, quats = decode_fine_shape(sym, parents, quant, pal, major)
     else:
         log_scales, quats = decode_coarse_shape(sym, shape_table)
-    if not np.isfinite(log_scales).all() or np.abs(log_scales).max(initial=0) > 80:
+    if not np.isfinite(log_scales).all() or np.abs(log_scales).max(initial=0) > MAX_ABS_LOG_SCALE:
         raise FormatError(f"{where}: decoded log-scales out of range")
     means = decode_positions(sym["pos"], parents, log_scales, quant, major)
     dcq, dc = decode_dc(sym["dc"], parents.dcq, quant, pal, major, where)
