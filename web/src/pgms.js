@@ -23,6 +23,7 @@ const MAX_SYMBOLS = 2 ** 30;
 const MAX_CHILDREN = 255;
 const MAX_PALETTE = 4096;
 const BIG = 2 ** 40;
+const MAX_ABS_LOG_SCALE = 80; // every decoded log-scale, before and after XFRM (exp finite in float32)
 const CODER_RAW = 0, CODER_ZSTD = 1, CODER_LZMA = 2, CODER_CONSTRICTION = 3, CODER_RANS = 4;
 const KIND_INT = 0, KIND_F16 = 1, KIND_F32 = 2;
 const PALETTE_CHANNELS = ["dc0", "dc1", "dc2", "op", "ls0", "ls1", "ls2"];
@@ -101,6 +102,11 @@ function unzigzag(u) {
 
 // ------------------------------------------------------------------------------ streams
 
+/** Bytes per value of an integer stream whose largest zigzag symbol is `maxval` (FORMAT.md: the smallest that holds it). */
+function byteWidth(maxval) {
+  return maxval < 2 ** 8 ? 1 : maxval < 2 ** 16 ? 2 : maxval < 2 ** 32 ? 4 : 8;
+}
+
 class StreamReader {
   constructor(payload, where) {
     this.b = payload;
@@ -146,7 +152,9 @@ class StreamReader {
     const where = `${this.where}: stream '${name}'`;
     if (kind !== KIND_INT) throw new FormatError(`${where} is not an integer stream`);
     if (nExpected !== undefined && n !== nExpected) throw new FormatError(`${where} holds ${n} values, expected ${nExpected}`);
-    if (alphabet > 2 ** (8 * width) || (n && alphabet === 0)) throw new FormatError(`${where} alphabet ${alphabet} does not fit width ${width}`);
+    if (alphabet > 2 ** (8 * width) || (n && alphabet === 0) || (n && width !== byteWidth(alphabet - 1))) {
+      throw new FormatError(`${where} alphabet ${alphabet} does not fit width ${width}`);
+    }
     const size = n * width;
     let u;
     if (coder === CODER_RAW) {
@@ -236,6 +244,10 @@ export function nextSection(bytes, pos) {
   if (crc32(payload, crc32(bytes.subarray(pos, pos + 12))) !== crc) {
     throw new FormatError(`corrupt .pgms: checksum mismatch in section ${tag} (level ${level}) at byte ${pos}`);
   }
+  if ((tag === "LEVL") === (level === GLOBAL_LEVEL)) {
+    throw new FormatError(`corrupt .pgms: section ${tag} at byte ${pos} has level byte ${level}, expected `
+      + (tag === "LEVL" ? "0-254" : `${GLOBAL_LEVEL} (a global section)`));
+  }
   return { tag, level, payload, offset: pos, end: pos + 16 + length };
 }
 
@@ -310,6 +322,28 @@ function rotmatToQuat(m, out, o) {
   if (out[o] < 0) for (let k = 0; k < 4; k++) out[o + k] = -out[o + k];
 }
 
+/** Determinant of a row-major n x n matrix (Gaussian elimination, partial pivoting, float64). Only
+ * its sign is used, on matrices orthogonal within 1e-5 (|det| within 1e-4 of 1): rounding cannot flip it. */
+function determinant(M, n) {
+  const a = Float64Array.from(M);
+  let det = 1;
+  for (let c = 0; c < n; c++) {
+    let p = c;
+    for (let r = c + 1; r < n; r++) if (Math.abs(a[r * n + c]) > Math.abs(a[p * n + c])) p = r;
+    if (a[p * n + c] === 0) return 0;
+    if (p !== c) {
+      for (let k = 0; k < n; k++) [a[c * n + k], a[p * n + k]] = [a[p * n + k], a[c * n + k]];
+      det = -det;
+    }
+    det *= a[c * n + c];
+    for (let r = c + 1; r < n; r++) {
+      const f = a[r * n + c] / a[c * n + c];
+      for (let k = c; k < n; k++) a[r * n + k] -= f * a[c * n + k];
+    }
+  }
+  return det;
+}
+
 /**
  * Section XFRM (format 5): the coded scene's way back to the scene's frame, validated as the
  * Python decoder does: 9 float64 (quaternion w x y z, translation, scale, log(scale)), then per
@@ -341,9 +375,10 @@ export function readTransform(payload, shDegree) {
       for (let j = 0; j < n; j++) {
         let dot = 0;
         for (let k = 0; k < n; k++) dot += D[i * n + k] * D[j * n + k];
-        if (!Number.isFinite(dot) || Math.abs(dot - (i === j ? 1 : 0)) > 1e-5) throw new FormatError(`XFRM: SH band ${l} matrix is not a rotation`);
+        if (!Number.isFinite(dot) || Math.abs(dot - (i === j ? 1 : 0)) > 1e-5) throw new FormatError(`XFRM: SH band ${l} matrix is not a rotation (orthogonal within 1e-5, determinant +1)`);
       }
     }
+    if (!(determinant(D, n) > 0)) throw new FormatError(`XFRM: SH band ${l} matrix is not a rotation (orthogonal within 1e-5, determinant +1)`);
     bands.push(D);
   }
   const R = new Float64Array(9);
@@ -375,7 +410,9 @@ function applyTransform(s, xf) {
     s.quats[4 * i + 3] = w * bz + x * by - y * bx + z * bw;
     for (let a = 0; a < 3; a++) {
       s.logScales[3 * i + a] = s.logScales[3 * i + a] + ls;
-      if (!Number.isFinite(s.logScales[3 * i + a])) throw new FormatError("corrupt .pgms: scales are not finite in the scene's frame (XFRM)");
+      if (!(Math.abs(s.logScales[3 * i + a]) <= MAX_ABS_LOG_SCALE)) {
+        throw new FormatError(`corrupt .pgms: log-scales leave [-${MAX_ABS_LOG_SCALE}, ${MAX_ABS_LOG_SCALE}] in the scene's frame (XFRM)`);
+      }
     }
     for (let l = 1; l <= bands.length; l++) {
       const D = bands[l - 1], n = 2 * l + 1, lo = l * l - 1;
@@ -455,7 +492,7 @@ function readPalettes(payload) {
     const v = r.floats(`palette_${c}`, n);
     if (kind !== KIND_F32) throw new FormatError(`PALT: palette ${c} is not a strictly increasing float32 table`);
     for (let k = 1; k < n; k++) if (!(v[k] > v[k - 1])) throw new FormatError(`PALT: palette ${c} is not a strictly increasing float32 table`);
-    if (c.startsWith("ls")) for (let k = 0; k < n; k++) if (Math.abs(v[k]) > 80) throw new FormatError(`PALT: palette ${c} holds log-scales out of range`);
+    if (c.startsWith("ls")) for (let k = 0; k < n; k++) if (Math.abs(v[k]) > MAX_ABS_LOG_SCALE) throw new FormatError(`PALT: palette ${c} holds log-scales out of range`);
     values[c] = v;
     mode[c] = m;
   });
@@ -663,7 +700,7 @@ export class PgmsStream {
       }
     }
     for (let i = 0; i < 3 * n; i++) {
-      if (!Number.isFinite(ls[i]) || Math.abs(ls[i]) > 80) throw new FormatError(`${where}: decoded log-scales out of range`);
+      if (!(Math.abs(ls[i]) <= MAX_ABS_LOG_SCALE)) throw new FormatError(`${where}: decoded log-scales out of range`);
     }
     // positions: offsets along the parent's axes, step from the node's own size
     const off = [0, 1, 2].map((a) => r.ints(`pos${a}`, n, -BIG, BIG));
@@ -758,6 +795,11 @@ export class PgmsStream {
     if (fine && nNext) throw new FormatError(`${where}: the finest level declares children`);
     if (this.seen + nNext > h.totalNodes) {
       throw new FormatError(`corrupt .pgms: level ${lv} declares ${nNext} children, more than the ${h.totalNodes} nodes HEAD declares`);
+    }
+    // only the finest level may be empty; with it, the levels must hold exactly HEAD's total
+    if (!fine && nNext === 0 && lv + 1 !== h.numLevels - 1) throw new FormatError(`${where}: no node has children, but level ${lv + 1} follows`);
+    if (fine && this.seen !== h.totalNodes) {
+      throw new FormatError(`corrupt .pgms: HEAD declares ${h.totalNodes} nodes, the level sections hold ${this.seen}`);
     }
     this.levels.push({ n, means, quats, ls, logit, dc, rest, terminal: cc.map((c) => (c === 0 ? 1 : 0)) });
     // children inherit their parent's decoded frame (float32 values)
