@@ -189,12 +189,20 @@ def test_read_and_write_any(fruit, tmp_path):
     small = fruit40_sh1(fruit)
     for name, check in [("a.ply", lambda s: torch.equal(s.means, small.means) and s.sh_degree == 1),
                         ("a.compressed.ply", lambda s: s.sh_degree == 1),
-                        ("a.splat", lambda s: s.sh_degree == 0)]:
+                        ("a.splat", lambda s: s.sh_degree == 0),
+                        ("a.spz", lambda s: s.sh_degree == 1),
+                        ("a.sog", lambda s: s.sh_degree == 1),
+                        ("meta.json", lambda s: s.sh_degree == 1)]:
         path = write_any(small, tmp_path / name)
         assert path == tmp_path / name and check(read_any(path)), name
     assert format_of("x.PLY") == "ply" and format_of("y.Compressed.ply") == "compressed.ply"
-    with pytest.raises(SceneError, match="unknown scene format"):
-        write_any(small, tmp_path / "a.spz")
+    assert [format_of(n) for n in ("a.SPZ", "b.sog", "c/meta.json", "d.meta.json", "e.ksplat")] == \
+        ["spz", "sog", "meta.json", "meta.json", "ksplat"]
+    for name in ("a.obj", "lod-meta.json"):
+        with pytest.raises(SceneError, match="unknown scene format"):
+            write_any(small, tmp_path / name)
+    with pytest.raises(SceneError, match="read only"):
+        write_any(small, tmp_path / "a.ksplat")
     with pytest.raises(SceneError, match="cannot write .pgms"):
         write_any(small, tmp_path / "a.pgms")
     pgms = REPO / "tests" / "splat" / "data" / "format2.pgms"
@@ -231,3 +239,20 @@ def test_morton_order_matches_reference_rules():
     assert sorted(order.tolist()) == list(range(1000))
     assert morton_order(np.ones((5, 3), np.float32)).tolist() == [0, 1, 2, 3, 4]  # identical points keep their order
     assert morton_order(np.zeros((0, 3), np.float32)).tolist() == []
+
+
+def test_read_and_write_any_hold_every_format_to_the_finite_rule(fruit, tmp_path):
+    """read_any checks every format's scene (nonfinite passed through); write_any refuses."""
+    ksplat = (REPO / "tests" / "splat" / "formats" / "fixtures" / "fruit48.l0.ksplat").read_bytes()
+    first = read_any(REPO / "tests" / "splat" / "formats" / "fixtures" / "fruit48.l0.ksplat").means[0].numpy()
+    at = ksplat.index(first.astype("<f4").tobytes())
+    (tmp_path / "nan.ksplat").write_bytes(ksplat[:at] + np.float32(np.nan).tobytes() + ksplat[at + 4:])
+    with pytest.raises(SceneError, match=r"1 of 48 Gaussians have NaN/Inf"):
+        read_any(tmp_path / "nan.ksplat")
+    assert read_any(tmp_path / "nan.ksplat", nonfinite="drop").num_gaussians == 47
+    bad = fruit40_sh1(fruit)
+    bad.log_scales[3, 0] = 100.0  # exp overflows float32
+    for name in ("x.ply", "x.spz", "x.sog", "meta.json"):
+        with pytest.raises(SceneError, match="NaN/Inf"):
+            write_any(bad, tmp_path / name)
+        assert not (tmp_path / name).exists()
