@@ -19,6 +19,22 @@ const SH_WORDS = [
 ];
 const SH_COEFFS = [0, 3, 8, 15]; // coefficients per splat by SH degree
 
+/**
+ * One SH coefficient's RGB as a word Spark's shaders decode: three 8-bit magnitudes times
+ * 2^(e-15)/255 with a shared 5-bit exponent e, and three sign bits. Spark 2.2's own encoder
+ * (utils.encodeExtRgb) takes e = floor(log2 max), which clips the largest channel to 2^e (up to
+ * half of it lost); the smallest e with max <= 2^e keeps every channel within max/255.
+ */
+export function encodeShRgb(r, g, b) {
+  const max = Math.max(Math.abs(r), Math.abs(g), Math.abs(b));
+  if (!(max > 0)) return 0;
+  const e = Math.min(31, Math.max(0, Math.ceil(Math.log2(max)) + 15));
+  const unit = 2 ** (e - 15) / 255;
+  const q = (v) => Math.min(255, Math.round(Math.abs(v) / unit));
+  const signs = (r < 0 ? 1 : 0) | (g < 0 ? 2 : 0) | (b < 0 ? 4 : 0);
+  return (q(r) | (q(g) << 8) | (q(b) << 16) | (((e << 3) | signs) << 24)) >>> 0;
+}
+
 function checkScene(scene) {
   const N = scene?.count;
   if (!Number.isInteger(N) || N < 0) throw new TypeError("expected a decoded scene ({count, means, ...} from decodePgms or PgmsStream)");
@@ -62,7 +78,7 @@ export function sceneToExtSplats(scene, { maxSh = 3 } = {}) {
     for (let i = 0; i < N; i++) {
       for (let j = 0; j < n; j++) {
         const at = 3 * (i * K + first + j);
-        words[4 * i + j] = utils.encodeExtRgb(rest[at], rest[at + 1], rest[at + 2]);
+        words[4 * i + j] = encodeShRgb(rest[at], rest[at + 1], rest[at + 2]);
       }
     }
     extra[key] = words;
