@@ -22,20 +22,21 @@ import os
 import shutil
 import struct
 import subprocess
-import tempfile
+import sys
 import threading
 import time
 import urllib.parse
+from collections import deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from ...common.files import atomic_write_bytes
+from ...common.files import atomic_path, check_writable
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["NPM_ROOT", "ViewerError", "ViewerServer", "site_root", "serve", "as_format4", "level_offsets",
-           "default_camera", "screenshot"]
+           "default_camera", "find_chromium", "screenshot"]
 
 # The folder whose tools/screenshot.mjs (the bundled screenshot tool) runs: the package's site/,
 # next to the page (the npm packages are inside the bundles; nothing is served from node_modules).
@@ -44,6 +45,14 @@ SCENE_PATH = "/scene.pgms"
 # only these folders are served: the page's own (package data) and the npm packages
 _SITE_FOLDERS = ("viewer", "src")
 _NPM_FOLDERS = ("node_modules",)
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]")  # the Host names a request may carry
+NAME_MAX = 255  # bytes in one path component (longer ones: 404, as the file system would refuse them)
+IDLE_TIMEOUT = 10.0  # seconds a connection may stay silent before it is closed
+MAX_CONNECTIONS = 32  # connections served at once (a browser opens about 6 per host)
+REQUEST_LOG = 64  # recent requests kept for tests
+# where the distributions put Chromium (web/tools/browser.mjs looks in the same places)
+CHROMIUM_PATHS = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
+CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome")
 
 
 class ViewerError(RuntimeError):
@@ -82,7 +91,9 @@ class _Config:
     npm_root: Path  # node_modules/
     throttle: list = field(default_factory=list)  # [(byte offset, seconds to pause after it)]
     chunk: int = 1 << 16
-    requests: list = field(default_factory=list)  # (path, range header) log for tests
+    idle_timeout: float = IDLE_TIMEOUT
+    # the last few (path, range header) pairs, for tests: a ring, so a long session keeps no history
+    requests: deque = field(default_factory=lambda: deque(maxlen=REQUEST_LOG))
 
 
 def _byte_range(header: str, size: int) -> tuple[int, int]:
@@ -110,78 +121,157 @@ def _stream(wfile, data: bytes, throttle, chunk: int) -> None:
             time.sleep(pause)
 
 
-def _handler(cfg: _Config):
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+def _host_allowed(host: str | None, port: int) -> bool:
+    """Only the loopback names with this server's port: a page of another site that rebinds its
+    own name to 127.0.0.1 (DNS rebinding) sends its name and is refused."""
+    host = (host or "").strip().lower()
+    return host in {f"{name}:{port}" for name in LOCAL_HOSTS} or (port == 80 and host in LOCAL_HOSTS)
 
-        def log_message(self, fmt, *args):  # the library logs, never prints
-            logger.debug("viewer server: " + fmt, *args)
 
-        def do_GET(self):  # noqa: N802 (http.server's name)
-            url = urllib.parse.urlsplit(self.path)
-            cfg.requests.append((url.path, self.headers.get("Range")))
-            if url.path in ("/", "/index.html"):
-                self.send_response(302)
-                self.send_header("Location", f"/viewer/index.html?file={SCENE_PATH}")
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-                return
-            if url.path == SCENE_PATH:
-                return self._scene()
-            return self._static(url.path)
+def _static_file(cfg: _Config, url_path: str) -> Path | None:
+    """The file a static URL names, or None: only inside the served folders, after every link is
+    resolved (a link may point elsewhere in its folder, never out of it)."""
+    parts = Path(os.path.normpath(urllib.parse.unquote(url_path).lstrip("/"))).parts
+    # normpath keeps a leading '..'
+    if not parts or ".." in parts or parts[0] not in _SITE_FOLDERS + _NPM_FOLDERS:
+        return None
+    if any(len(p.encode("utf-8", "surrogateescape")) > NAME_MAX for p in parts):
+        logger.info("viewer server: not found: a path component over %d bytes", NAME_MAX)
+        return None
+    root = (cfg.site if parts[0] in _SITE_FOLDERS else cfg.npm_root) / parts[0]
+    try:  # the folder itself may be a link (an editable build links site/ into web/)
+        root = root.resolve(strict=True)
+        target = root.joinpath(*parts[1:]).resolve(strict=True)
+    except (OSError, RuntimeError, ValueError):  # missing, a link loop, a NUL byte
+        return None
+    if not target.is_relative_to(root):
+        logger.info("viewer server: refused %s: a link out of the served folder %s", url_path[:200], parts[0])
+        return None
+    return target if target.is_file() else None
 
-        def _send(self, code, body: bytes, ctype: str, extra=()):
-            self.send_response(code)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            self.send_header("Cache-Control", "no-store")
-            for k, v in extra:
-                self.send_header(k, v)
+
+class _Handler(BaseHTTPRequestHandler):
+    """One connection; ``cfg`` and ``timeout`` (idle seconds before the connection is dropped)
+    are set per server by :func:`_handler`."""
+
+    protocol_version = "HTTP/1.1"
+    # headers and body go out in separate writes: with Nagle's algorithm the body of every
+    # request after the first on a kept-alive connection waits ~40 ms for the client's delayed ACK
+    disable_nagle_algorithm = True
+    cfg: _Config
+
+    def log_message(self, fmt, *args):  # the library logs, never prints; one line per request
+        logger.debug("viewer server: " + fmt, *args)
+
+    def do_GET(self):  # noqa: N802 (http.server's name)
+        if not _host_allowed(self.headers.get("Host"), self.server.server_address[1]):
+            logger.warning("viewer server: refused a request for Host %r (only 127.0.0.1, localhost or [::1] "
+                           "with port %d)", (self.headers.get("Host") or "")[:100], self.server.server_address[1])
+            return self._send(403, b"forbidden host", "text/plain")
+        url = urllib.parse.urlsplit(self.path)
+        self.cfg.requests.append((url.path[:256], self.headers.get("Range")))
+        if url.path in ("/", "/index.html"):
+            self.send_response(302)
+            self.send_header("Location", f"/viewer/index.html?file={SCENE_PATH}")
+            self.send_header("Content-Length", "0")
             self.end_headers()
-            self.wfile.write(body)
+            return
+        if url.path == SCENE_PATH:
+            return self._scene()
+        return self._static(url.path)
 
-        def _static(self, path: str):
-            parts = Path(os.path.normpath(urllib.parse.unquote(path).lstrip("/"))).parts
-            # no '..' (normpath keeps a leading one) and only the served folders; links inside them
-            # (a linked node_modules) are followed
-            ok = bool(parts) and parts[0] in _SITE_FOLDERS + _NPM_FOLDERS and ".." not in parts
-            target = (cfg.site if parts[0] in _SITE_FOLDERS else cfg.npm_root).joinpath(*parts) if ok else None
-            ok = ok and target.is_file()
-            if not ok:
-                return self._send(404, b"not found", "text/plain")
-            ctype = mimetypes.guess_type(target.name)[0] or "application/octet-stream"
-            if target.suffix in (".js", ".mjs"):
-                ctype = "text/javascript"
-            self._send(200, target.read_bytes(), ctype)
+    def _send(self, code, body: bytes, ctype: str, extra=()):
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")
+        for k, v in extra:
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(body)
 
-        def _scene(self):
-            data = cfg.pgms
-            rng = self.headers.get("Range")
-            if rng:
-                try:
-                    start, end = _byte_range(rng, len(data))
-                except ValueError:
-                    return self._send(416, b"", "application/octet-stream", [("Content-Range", f"bytes */{len(data)}")])
-                return self._send(206, data[start: end + 1], "application/octet-stream",
-                                  [("Content-Range", f"bytes {start}-{end}/{len(data)}"), ("Accept-Ranges", "bytes")])
-            self.send_response(200)
-            self.send_header("Content-Type", "application/octet-stream")
-            self.send_header("Content-Length", str(len(data)))
-            self.send_header("Accept-Ranges", "bytes")
-            self.send_header("Cache-Control", "no-store")
-            self.end_headers()
+    def _static(self, path: str):
+        target = _static_file(self.cfg, path)
+        try:
+            body = target.read_bytes() if target is not None else None
+        except OSError as exc:
+            logger.info("viewer server: cannot read %s: %s", target, exc.strerror or exc)
+            body = None
+        if body is None:
+            return self._send(404, b"not found", "text/plain")
+        ctype = mimetypes.guess_type(target.name)[0] or "application/octet-stream"
+        if target.suffix in (".js", ".mjs"):
+            ctype = "text/javascript"
+        self._send(200, body, ctype)
+
+    def _scene(self):
+        data = self.cfg.pgms
+        rng = self.headers.get("Range")
+        if rng:
             try:
-                _stream(self.wfile, data, cfg.throttle, cfg.chunk)
-            except (BrokenPipeError, ConnectionResetError):
-                pass  # the page stopped reading (a --level view has what it needs)
+                start, end = _byte_range(rng, len(data))
+            except ValueError:
+                return self._send(416, b"", "application/octet-stream", [("Content-Range", f"bytes */{len(data)}")])
+            return self._send(206, data[start: end + 1], "application/octet-stream",
+                              [("Content-Range", f"bytes {start}-{end}/{len(data)}"), ("Accept-Ranges", "bytes")])
+        self.send_response(200)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Accept-Ranges", "bytes")
+        self.send_header("Cache-Control", "no-store")
+        self.end_headers()
+        try:
+            _stream(self.wfile, data, self.cfg.throttle, self.cfg.chunk)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the page stopped reading (a --level view has what it needs)
 
-    return Handler
+
+def _handler(cfg: _Config) -> type[_Handler]:
+    return type("ViewerHandler", (_Handler,), {"cfg": cfg, "timeout": cfg.idle_timeout})
+
+
+class _BoundedServer(ThreadingHTTPServer):
+    """A thread per connection, at most ``max_connections`` at once: the accept loop waits up to
+    ``slot_wait`` seconds for a free one, then drops the new connection. With the handlers' idle
+    timeout, a client holding connections open cannot pile up threads."""
+
+    daemon_threads = True
+    block_on_close = False  # close() does not wait for a client still reading a throttled stream
+
+    def __init__(self, address, handler, max_connections: int, slot_wait: float):
+        super().__init__(address, handler)
+        self.slots = threading.BoundedSemaphore(max_connections)
+        self.max_connections, self.slot_wait = max_connections, slot_wait
+
+    def process_request(self, request, client_address):
+        if not self.slots.acquire(timeout=self.slot_wait):
+            logger.warning("viewer server: %d connections busy for %.0f s; dropped a new one",
+                           self.max_connections, self.slot_wait)
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except RuntimeError as exc:  # no thread could be started
+            self.slots.release()
+            logger.warning("viewer server: dropped a connection: %s", exc)
+            self.shutdown_request(request)
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
+    def handle_error(self, request, client_address):  # one log line, never a traceback on stderr
+        exc = sys.exc_info()[1]
+        level = logging.DEBUG if isinstance(exc, (ConnectionError, TimeoutError)) else logging.WARNING
+        logger.log(level, "viewer server: %s from %s: %s", type(exc).__name__, client_address[0], exc)
 
 
 class ViewerServer:
     """A running local server (``url`` opens the viewer on the served file); ``close()`` stops it."""
 
-    def __init__(self, httpd: ThreadingHTTPServer, cfg: _Config):
+    def __init__(self, httpd: _BoundedServer, cfg: _Config):
         self.httpd, self.cfg = httpd, cfg
         self.port = httpd.server_address[1]
         self.base = f"http://127.0.0.1:{self.port}"
@@ -194,7 +284,8 @@ class ViewerServer:
 
     @property
     def requests(self) -> list:
-        return self.cfg.requests
+        """The last requests served (path, Range header), at most ``REQUEST_LOG`` of them."""
+        return list(self.cfg.requests)
 
     def close(self) -> None:
         self.httpd.shutdown()
@@ -208,12 +299,16 @@ class ViewerServer:
 
 
 def serve(pgms: bytes | str | os.PathLike, *, port: int = 0, npm_root: Path = NPM_ROOT,
-          throttle: list[tuple[int, float]] | None = None) -> ViewerServer:
-    """Serve the viewer page and one .pgms on 127.0.0.1 (``port`` 0: any free port)."""
+          throttle: list[tuple[int, float]] | None = None, idle_timeout: float = IDLE_TIMEOUT,
+          max_connections: int = MAX_CONNECTIONS) -> ViewerServer:
+    """Serve the viewer page and one .pgms on 127.0.0.1 (``port`` 0: any free port) to this
+    machine's browser only: requests must name 127.0.0.1, localhost or [::1] with the port as
+    their Host (403 otherwise); a connection idle for ``idle_timeout`` seconds is closed; at most
+    ``max_connections`` are served at once."""
     data = pgms if isinstance(pgms, (bytes, bytearray)) else Path(pgms).read_bytes()
-    cfg = _Config(bytes(data), site_root(), Path(npm_root), list(throttle or []))
-    httpd = ThreadingHTTPServer(("127.0.0.1", port), _handler(cfg))
-    httpd.daemon_threads = True
+    cfg = _Config(bytes(data), site_root(), Path(npm_root), list(throttle or []),
+                  idle_timeout=float(idle_timeout))
+    httpd = _BoundedServer(("127.0.0.1", port), _handler(cfg), int(max_connections), slot_wait=float(idle_timeout))
     return ViewerServer(httpd, cfg)
 
 
@@ -264,36 +359,68 @@ def default_camera(data: bytes, level: int | None = None, width: int = 512, heig
 def _node() -> str:
     node = shutil.which("node")
     if node is None:
-        raise ViewerError("Node.js (node, version 20 or later) is needed for screenshots: install it (apt-get install nodejs)")
+        raise ViewerError("screenshots need Node.js (node, version 20 or later) and none was found: install it "
+                          "(apt-get install nodejs)")
     return node
+
+
+def find_chromium() -> str:
+    """The Chromium the screenshot tool drives: ``$CHROMIUM``, else the distribution's (never a
+    downloaded one)."""
+    for cand in (os.environ.get("CHROMIUM"), *CHROMIUM_PATHS, *filter(None, map(shutil.which, CHROMIUM_NAMES))):
+        if cand and Path(cand).is_file():
+            return str(cand)
+    raise ViewerError("screenshots need Chromium and none was found: install it (apt-get install chromium) "
+                      "or set CHROMIUM to its path")
+
+
+def _same_file(a, b: Path) -> bool:
+    try:
+        return Path(a).resolve() == b.resolve()
+    except (OSError, TypeError):
+        return False
+
+
+def _run_tool(cmd: list[str], shot: Path, chromium: str, timeout: float, cwd: Path) -> dict:
+    """Run the screenshot tool (it writes ``shot``) -> the viewer's report; ViewerError when it fails."""
+    env = {**os.environ, "CHROMIUM": chromium}
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 30, cwd=cwd, env=env)
+    except subprocess.TimeoutExpired:
+        raise ViewerError(f"headless Chromium did not finish within {timeout:.0f} s") from None
+    if res.returncode != 0:
+        lines = [ln for ln in (res.stderr or res.stdout).strip().splitlines() if ln.strip()]
+        raise ViewerError(f"screenshot failed: {lines[-1] if lines else f'exit status {res.returncode}'}")
+    if shot.stat().st_size == 0:
+        raise ViewerError("screenshot failed: headless Chromium wrote no picture")
+    try:
+        return json.loads(res.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise ViewerError(f"screenshot failed: the viewer reported {res.stdout.strip()[-200:]!r}") from None
 
 
 def screenshot(pgms: bytes | str | os.PathLike, out: str | os.PathLike, *, level: int | None = None,
                width: int = 512, height: int = 512, timeout: float = 300.0, npm_root: Path = NPM_ROOT) -> dict:
     """Render the .pgms (levels 0..``level``, default all) in headless Chromium with the default
-    camera of ``visionmoe-splat render --views 1`` and write a PNG to ``out`` (atomically).
-    -> the viewer's report (levels shown, bytes, milliseconds)."""
-    data = pgms if isinstance(pgms, (bytes, bytearray)) else Path(pgms).read_bytes()
+    camera of ``visionmoe-splat render --views 1`` and write a PNG to ``out`` -> the viewer's
+    report (levels shown, bytes, milliseconds).
+
+    ``out`` follows the output rules of :mod:`visionmoe.common.files`, checked before anything
+    starts: a regular file or nothing (never a FIFO, link or device), never the input file; the
+    tool writes a temporary file in ``out``'s folder that is renamed over ``out`` once complete,
+    so the umask sets its permissions and a failure leaves ``out`` as it was."""
+    out = check_writable(out)
+    if not isinstance(pgms, (bytes, bytearray)) and _same_file(pgms, out):
+        raise ViewerError(f"output {out} is the input file; choose another path")
     npm_root = check_npm_root(npm_root)
-    node = _node()
+    node, chromium = _node(), find_chromium()
+    data = pgms if isinstance(pgms, (bytes, bytearray)) else Path(pgms).read_bytes()
     cam = default_camera(data, level, width, height)
     params = {"hud": 0, "width": width, "height": height, "camera": cam}
     if level is not None:
         params["level"] = level
-    out = Path(out)
-    with serve(data, npm_root=npm_root) as srv, tempfile.TemporaryDirectory() as tmp:
-        shot = Path(tmp) / "shot.png"
+    with serve(data, npm_root=npm_root) as srv, atomic_path(out, suffix=".png") as shot:
         # the tool imports puppeteer from web/node_modules: it runs from the checkout's web/
         cmd = [node, str(npm_root / "tools" / "screenshot.mjs"), "--url", srv.page_url(**params), "--out", str(shot),
                "--width", str(width), "--height", str(height), "--timeout", str(int(timeout * 1000))]
-        try:
-            res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 30, cwd=npm_root)
-        except subprocess.TimeoutExpired:
-            raise ViewerError(f"headless Chromium did not finish within {timeout:.0f} s") from None
-        if res.returncode != 0:
-            lines = [ln for ln in (res.stderr or res.stdout).strip().splitlines() if ln.strip()]
-            raise ViewerError(f"screenshot failed: {lines[-1] if lines else f'exit status {res.returncode}'}")
-        report = json.loads(res.stdout.strip().splitlines()[-1])
-        atomic_write_bytes(out, shot.read_bytes())
-    return report
-
+        return _run_tool(cmd, shot, chromium, timeout, npm_root)
