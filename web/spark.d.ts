@@ -10,3 +10,6 @@ export function sceneToSplatMesh(
   scene: PgmsScene,
   options?: { maxSh?: number } & Omit<SplatMeshOptions, "extSplats">,
 ): SplatMesh;
+
+/** One SH coefficient's RGB as the word Spark's shaders decode (shared exponent, 8-bit magnitudes). */
+export function encodeShRgb(r: number, g: number, b: number): number;

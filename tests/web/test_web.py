@@ -7,22 +7,15 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import struct
 import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
-WEB = ROOT / "web"
-NODE = shutil.which("node")
-CHROMIUM = next((p for p in (os.environ.get("CHROMIUM"), "/usr/bin/chromium", "/usr/bin/chromium-browser")
-                 if p and Path(p).exists()), None)
-HAS_NPM = (WEB / "node_modules" / "fzstd").is_dir() and (WEB / "node_modules" / "puppeteer-core").is_dir()
+from web_env import NODE, ROOT, WEB, needs_browser, needs_node
+
 
 def _writes_format4() -> bool:
     from visionmoe.splat.pgms import bitstream
@@ -32,20 +25,6 @@ def _writes_format4() -> bool:
 
 # the fixtures are written by the current writer; the browser decoder reads format 4 only
 pytestmark = pytest.mark.skipif(not _writes_format4(), reason="the .pgms writer does not write format 4 yet")
-
-needs_node = pytest.mark.skipif(NODE is None or not HAS_NPM,
-                                reason="needs node and the npm packages of web/ (make web-deps)")
-needs_browser = pytest.mark.skipif(NODE is None or not HAS_NPM or CHROMIUM is None,
-                                   reason="needs node, web/node_modules and Chromium (make web-deps)")
-
-
-@pytest.fixture(scope="module")
-def fixtures(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("pgms_web")
-    subprocess.run([sys.executable, str(ROOT / "tests" / "web" / "make_fixtures.py"), "--out", str(out)], check=True,
-                   env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True)
-    return out
-
 
 @needs_node
 def test_js_decoder_matches_python(fixtures):
@@ -98,7 +77,8 @@ def test_viewer_streams_levels_and_matches_python_render(fixtures, tmp_path):
     with torch.no_grad():
         ref = render(scene, orbit_cameras(scene, 1, 512, 512)[0]).colors[0]
     ref = (ref.clamp(0, 1) * 255 + 0.5).to(torch.uint8).numpy()
-    assert psnr(final, ref) >= 30.0
+    # 47.9 dB here; 42.2 when the page read an in-memory .ply with Spark's own SH coding
+    assert psnr(final, ref) >= 44.0
 
 
 @needs_browser
