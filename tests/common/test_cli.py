@@ -9,7 +9,7 @@ import pytest
 from visionmoe.common import validators as V
 from visionmoe.common.cli import (
     EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, CLIError, OneLineParser, Terminated, exit_status,
-    import_with_signals_held, signals_as_exceptions,
+    import_with_signals_held, memory_error_line, signals_as_exceptions,
 )
 
 
@@ -65,3 +65,56 @@ def test_check_finite():
         V.check_finite("--fps", 0.0, 0.0, strict=True)
     with pytest.raises(CLIError, match="finite"):
         V.check_finite("--scale", float("nan"))
+
+
+# --------------------------------------------------------------------------- issue 51/52: one line for every end
+
+
+def test_subcommand_parsers_are_one_line_too(capsys):
+    p = OneLineParser(prog="tool")
+    sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("run").add_argument("--n", type=V.positive_int, required=True)
+    for argv, expected in ((["run", "--n", "x"], "tool run: error: argument --n: expected a positive integer"),
+                           (["run"], "tool run: error: the following arguments are required: --n"),
+                           (["fly"], "tool: error: argument command: invalid choice: 'fly'")):
+        with pytest.raises(SystemExit) as e:
+            p.parse_args(argv)
+        err = capsys.readouterr().err
+        assert e.value.code == EXIT_USAGE and err.count("\n") == 1 and err.startswith(expected), err
+        assert "usage:" not in err
+    with pytest.raises(SystemExit) as e:
+        p.parse_args(["run", "--help"])
+    assert e.value.code == 0 and capsys.readouterr().out.startswith("usage: tool run")
+
+
+def test_numpy_memory_error_names_the_size(capsys):
+    import numpy as np
+
+    try:
+        np.empty((1 << 40,), np.float32)  # 4 TiB: refused by the allocator at once
+    except MemoryError as exc:
+        line = memory_error_line(exc)
+        assert exit_status(exc, "tool cmd", ()) == EXIT_USAGE
+    else:  # pragma: no cover - a machine that grants 4 TiB
+        pytest.skip("the allocator granted 4 TiB")
+    assert line.startswith("out of memory: could not allocate 4096.00 GiB (4398046511104 bytes: an array of "
+                           "1099511627776 items of 4 bytes)"), line
+    assert capsys.readouterr().err == f"tool cmd: error: {line}\n"
+
+
+def test_torch_and_bare_memory_errors_are_one_line():
+    import torch
+
+    with pytest.raises(RuntimeError) as info:
+        torch.empty(1 << 46, dtype=torch.uint8)  # 64 TiB
+    assert memory_error_line(info.value) == (
+        f"out of memory: could not allocate 65536.00 GiB ({1 << 46} bytes); free memory or use a smaller input")
+    line = memory_error_line(MemoryError())
+    assert line.startswith("out of memory") and "an allocation failed" in line
+    assert memory_error_line(RuntimeError("a bug")) is None and memory_error_line(ValueError("x")) is None
+
+
+def test_a_broken_pipe_that_is_not_stdout_is_an_error():
+    """Only a reader of stdout that has gone ends a command quietly; a writer's subprocess that
+    died (ffmpeg) is a failure, passed on like any other error."""
+    assert exit_status(BrokenPipeError(32, "Broken pipe"), "tool cmd", ()) is None

@@ -89,3 +89,26 @@ def test_a_file_where_a_folder_should_be_is_a_clear_error(tmp_path):
     assert check_output_path(tmp_path / "f" / "v.mp4") == tmp_path / "f" / "v.mp4"
     with pytest.raises(OutputPathError, match="does not exist"):
         check_writable(tmp_path / "f" / "v.mp4")
+
+
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o077, 0o600)])
+def test_a_writer_that_replaces_the_temporary_file_still_gets_the_umask(tmp_path, umask, mode):
+    """Writers that write to a file of their own and rename it over the path they were given
+    (tempfile's mkstemp: mode 0600) still publish a file with the umask's permissions."""
+    import tempfile
+
+    from visionmoe.common.files import current_umask
+
+    old = os.umask(umask)
+    try:
+        assert current_umask() == umask
+        with atomic_path(tmp_path / "shot.png", suffix=".png") as tmp:
+            fd, own = tempfile.mkstemp(dir=tmp_path)
+            os.write(fd, b"png")
+            os.close(fd)
+            os.replace(own, tmp)
+            assert stat.S_IMODE(tmp.stat().st_mode) == 0o600
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "shot.png").stat().st_mode) == mode
+    assert [p.name for p in tmp_path.iterdir()] == ["shot.png"]

@@ -1,7 +1,8 @@
 """The output-file rules every writer of the project follows: never replace a special file
 (FIFO, symbolic link, device, folder), probe that a folder accepts a new file before long work,
-and write atomically (a temporary file in the same folder, renamed over the target, created
-with mode 0o666 so that the user's umask sets its permissions as for any new file)."""
+and write atomically (a temporary file in the same folder, renamed over the target, given mode
+0o666 less the user's umask just before the rename, as any new file gets: also when the writer
+that filled it replaced it with a file of its own, created 0600 by ``tempfile``)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import os
 import secrets
 import stat
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -67,6 +69,32 @@ def check_writable(path: str | os.PathLike) -> Path:
     return path
 
 
+_UMASK_LOCK = threading.Lock()
+
+
+def current_umask() -> int:
+    """The process's umask, read without changing it where the system allows (Linux 4.7+:
+    ``/proc/self/status``); elsewhere set and restored at once under a lock (``os.umask`` is the
+    only portable way to read it)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    with _UMASK_LOCK:
+        mask = os.umask(0o022)
+        os.umask(mask)
+    return mask
+
+
+def _publish(tmp: Path, path: Path) -> None:
+    """Give the finished temporary file a new file's permissions, then rename it over ``path``."""
+    os.chmod(tmp, 0o666 & ~current_umask())
+    os.replace(tmp, path)
+
+
 def _new_temporary(path: Path, suffix: str) -> tuple[int, Path]:
     while True:
         tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}{suffix}"
@@ -88,7 +116,7 @@ def atomic_path(path: str | os.PathLike, suffix: str = ".tmp") -> Iterator[Path]
     os.close(fd)
     try:
         yield tmp
-        os.replace(tmp, path)
+        _publish(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -107,7 +135,7 @@ def atomic_write(path: str | os.PathLike, write: Callable) -> Path:
             write(f)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        _publish(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
