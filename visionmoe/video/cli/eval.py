@@ -43,7 +43,7 @@ def add_parser(sub) -> None:
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N (the noise is drawn on the CPU either way)")
     p.add_argument("-o", "--out", default="toy_world_eval", help="output folder (created; default: toy_world_eval)")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
     p.set_defaults(func=cmd_eval)
 
 

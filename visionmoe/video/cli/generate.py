@@ -73,7 +73,7 @@ def add_parser(sub) -> None:
     p.add_argument("--fps", type=float, default=16.0, help="frames per second of the mp4 (> 0)")
     p.add_argument("-o", "--out", help="output .mp4 (default: toy_world.mp4 or video.mp4 in the current directory)")
     p.add_argument("-w", "--overwrite", action="store_true", help="replace an existing output file")
-    p.add_argument("-q", "--quiet", action="store_true", help="print only the output path")
+    p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
     p.set_defaults(func=cmd_generate)
 
 

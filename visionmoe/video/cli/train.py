@@ -32,7 +32,7 @@ def add_parser(sub) -> None:
     for flag, (key, typ) in TRAIN_FLAGS.items():
         p.add_argument(flag, dest=key, type=typ, default=None)
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any other TrainConfig key")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
     p.set_defaults(func=cmd_train)
 
 
@@ -65,7 +65,7 @@ def cmd_train(a) -> int:
         validate_adapter_config(cfg.adapter, source="adapter options")
     except (AdapterConfigError, ValueError, FileNotFoundError, TypeError, yaml.YAMLError) as e:
         raise CLIError(str(e).strip().splitlines()[0]) from None
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # visionmoe's log lines: the command line's handler (INFO, nothing with -q); the backbone's: warnings only
     for noisy in ("accelerate", "diffusers", "transformers", "torch"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
