@@ -344,6 +344,8 @@ def read_spz(path: str | os.PathLike, *, axes: str = "raw") -> GaussianScene:
         raise SceneError(f"{path}: truncated .spz ({len(raw)} bytes)")
     decode = _decode_v3 if raw[:2] == b"\x1f\x8b" else _decode_v4
     packed, version = decode(raw, str(path))
+    if packed.antialiased:
+        logger.info("%s: trained with antialiasing (its flag is not kept: scenes render without the filter)", path)
     return _convert_axes(unpack(packed, version), axes)
 
 
