@@ -36,6 +36,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -110,33 +111,53 @@ def make_scene(scenes_dir: Path, sh: int, n: int, path: Path, seed: int) -> None
 
 
 class RssSampler(threading.Thread):
-    """Samples this process's RSS every ``period`` seconds: -> [(time, bytes)]; exits the process
-    when RSS passes ``limit`` (a run that would not fit must not take the machine down)."""
+    """Samples this process's RSS every ``period`` seconds: -> [(time, bytes)], and where the
+    encoder was (its innermost frames) at the highest sample since the last ``segment()`` call;
+    exits the process when RSS passes ``limit`` (a run that would not fit must not take the
+    machine down)."""
 
     def __init__(self, period: float = 0.01, limit: int | None = None):
         super().__init__(daemon=True)
         self.period, self.limit, self.samples, self.stop = period, limit, [], threading.Event()
+        self.main = threading.get_ident()
+        self.seg_max, self.seg_where, self.peaks = 0, "", []
 
     @staticmethod
     def rss() -> int:
         with open("/proc/self/statm") as f:
             return int(f.read().split()[1]) * _PAGE
 
+    def where(self) -> str:
+        frame = sys._current_frames().get(self.main)
+        if frame is None:
+            return ""
+        stack = [f for f in traceback.extract_stack(frame) if "visionmoe" in f.filename]
+        return " < ".join(f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in stack[::-1][:4])
+
+    def segment(self, name: str) -> None:
+        """Close a segment (the encode up to the end of stage ``name``): keep its peak and where."""
+        self.peaks.append({"until": name, "peak_rss": self.seg_max, "where": self.seg_where})
+        self.seg_max, self.seg_where = 0, ""
+
     def run(self) -> None:
         while not self.stop.is_set():
             r = self.rss()
             self.samples.append((time.perf_counter(), r))
+            if r > self.seg_max:
+                self.seg_max, self.seg_where = r, self.where()
             if self.limit and r > self.limit:
-                sys.stderr.write(f"RSS {r / 1e9:.1f} GB passed the limit of {self.limit / 1e9:.1f} GB: stopped\n")
+                sys.stderr.write(f"RSS {r / 1e9:.1f} GB passed the limit of {self.limit / 1e9:.1f} GB at "
+                                 f"{self.where()}: stopped\n")
                 sys.stderr.flush()
                 os._exit(3)
             time.sleep(self.period)
 
 
 class StageLog:
-    """Collects the encoder's ``stage NAME: S s`` log records with their end times."""
+    """Collects the encoder's ``stage NAME: S s`` log records with their end times (and closes
+    the sampler's segment there)."""
 
-    def __init__(self):
+    def __init__(self, sampler: RssSampler):
         import logging
 
         self.ends: list[tuple[str, float, float]] = []  # (stage, start, end) on perf_counter's clock
@@ -147,6 +168,7 @@ class StageLog:
                 if isinstance(record.msg, str) and record.msg.startswith("stage %s") and record.args:
                     now = time.perf_counter()
                     outer.ends.append((record.args[0], now - float(record.args[1]), now))
+                    sampler.segment(record.args[0])
 
         log = logging.getLogger("visionmoe.splat.encoder")
         log.setLevel(logging.INFO)
@@ -171,8 +193,8 @@ def run_worker(ply: Path, ratio: float, out: Path, rss_limit: int) -> None:
     from visionmoe.splat.io import read_ply
     from visionmoe.splat.memory import KEEP_FREED_MEMORY_MAX_GAUSSIANS, keep_freed_memory
 
-    log = StageLog()
     sampler = RssSampler(limit=rss_limit)
+    log = StageLog(sampler)
     sampler.start()
     t_read = time.perf_counter()
     scene = read_ply(ply)
@@ -184,6 +206,7 @@ def run_worker(ply: Path, ratio: float, out: Path, rss_limit: int) -> None:
     t1 = time.perf_counter()
     sampler.stop.set()
     sampler.join()
+    sampler.segment("end")
     samples = sampler.samples
     stages = []
     for name, s, e in stage_intervals(log.ends, t0, t1):
@@ -194,7 +217,7 @@ def run_worker(ply: Path, ratio: float, out: Path, rss_limit: int) -> None:
         "encode_s": round(t1 - t0, 3), "rss_loaded": rss_loaded,
         "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "bytes": res.nbytes, "ratio": round(res.ratio, 3), "primitives": res.primitives,
-        "kept": res.input_gaussians - res.pruned, "stages": stages,
+        "kept": res.input_gaussians - res.pruned, "stages": stages, "peaks": sampler.peaks,
     }
     out.write_text(json.dumps(rec))
 

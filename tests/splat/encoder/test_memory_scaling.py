@@ -1,0 +1,69 @@
+"""scripts/bench_scaling.py: the tiled scenes it encodes and the fits it reports."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from pgms_helpers import random_scene
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_scaling", REPO / "scripts" / "bench_scaling.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("n", [700, 1000, 3500])
+def test_tiled_scene_has_the_size_and_degree_asked(bench, n):
+    src = random_scene(1000, degree=3, seed=1)
+    out = bench.tiled_scene(src, n, seed=n)
+    assert out.num_gaussians == n and out.sh_degree == 3
+    assert torch.isfinite(out.means).all()
+    # the view-dependent colour is the source's, copied, never invented
+    assert set(map(tuple, out.sh_rest[:, 0].tolist())) <= set(map(tuple, src.sh_rest[:, 0].tolist()))
+
+
+def test_tiled_scene_is_deterministic_and_its_copies_differ(bench):
+    src = random_scene(1000, degree=0, seed=2)
+    a, b = bench.tiled_scene(src, 2500, seed=5), bench.tiled_scene(src, 2500, seed=5)
+    assert all(torch.equal(getattr(a, k), getattr(b, k)) for k in ("means", "sh_dc", "quats"))
+    # three copies side by side: the second lies beyond the first along x, no centre repeats
+    assert float(a.means[1000:2000, 0].mean()) > float(a.means[:1000, 0].mean()) + 0.5 * float(
+        src.means[:, 0].max() - src.means[:, 0].min())
+    assert torch.unique(a.means, dim=0).shape[0] == 2500
+    assert not torch.equal(a.means, bench.tiled_scene(src, 2500, seed=6).means)
+
+
+def test_fits_recover_known_exponent_and_line(bench):
+    ns = [100_000, 300_000, 1_000_000]
+    assert bench.fit_loglog(ns, [2e-5 * n**1.5 for n in ns]) == pytest.approx(1.5)
+    a, b = bench.fit_linear(ns, [5e8 + 1200 * n for n in ns])
+    assert a == pytest.approx(5e8) and b == pytest.approx(1200)
+    assert bench.fit_loglog(ns[:1], [1.0]) is None
+
+
+def test_stage_intervals_name_the_gaps(bench):
+    got = bench.stage_intervals([("pyramid", 3.0, 4.0), ("contributions", 1.0, 2.0)], 0.0, 5.0)
+    assert [g[0] for g in got] == ["setup", "contributions", "references", "pyramid", "before allocate"]
+    assert math.isclose(sum(e - s for _, s, e in got), 5.0)
+
+
+def test_table_and_fits_from_rows(bench):
+    rows = [{"gaussians": n, "sh_degree": 0, "encode_s": n / 1e4, "peak_rss": int(1e9 + 800 * n),
+             "rss_loaded": int(5e8), "kept": n, "stages": [{"stage": "pyramid", "seconds": n / 1e5, "peak_rss": 1}]}
+            for n in (100_000, 1_000_000)]
+    rows.append({"gaussians": 6_000_000, "sh_degree": 0, "error": "exit 3 after 10 s: stopped"})
+    fitted = bench.fits(rows)
+    assert fitted["0"]["time_exponent"]["pyramid"] == pytest.approx(1.0)
+    assert fitted["0"]["peak_rss_linear"]["b_bytes_per_gaussian"] == pytest.approx(800)
+    text = bench.table(rows, fitted)
+    assert "exit 3 after 10 s" in text and "800 B x N" in text
