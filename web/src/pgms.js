@@ -59,7 +59,51 @@ function halfToFloat(h) {
   return s * (1 + m / 1024) * 2 ** (e - 15);
 }
 
+// The frame rules of the Python decoder (pgms/coders.py, zstd_decompress) and of libzstd, which
+// fzstd does not apply: one frame and nothing after it, no reserved bits or block types, no
+// dictionary, a window of at most 2^27 bytes (libzstd's default limit), a declared content size
+// (if any) equal to the stream's, and at most 32768 output bytes per input byte (+64).
+const ZSTD_MAX_EXPANSION = 32768;
+const ZSTD_MAX_WINDOW = 2 ** 27;
+
+function checkZstdFrame(b, size, where) {
+  const bad = (why) => new FormatError(`${where}: corrupt zstd stream (${why})`);
+  if (size > ZSTD_MAX_EXPANSION * b.length + 64) throw new FormatError(`${where}: zstd stream of ${b.length} bytes cannot hold the ${size} bytes it claims`);
+  if (!size) return;
+  if (b.length < 5 || b[0] !== 0x28 || b[1] !== 0xb5 || b[2] !== 0x2f || b[3] !== 0xfd) throw bad("no zstd frame magic");
+  const fhd = b[4], fcsFlag = fhd >> 6, single = (fhd >> 5) & 1, checksum = (fhd >> 2) & 1, dictFlag = fhd & 3;
+  if (fhd & 0x08) throw bad("reserved frame header bit set");
+  const fcsBytes = [single, 2, 4, 8][fcsFlag];
+  let pos = 5 + (single ? 0 : 1) + [0, 1, 2, 4][dictFlag] + fcsBytes;
+  if (pos > b.length) throw bad("truncated frame header");
+  let p = 5;
+  if (!single) {
+    const wd = b[p++], windowLog = 10 + (wd >> 3), base = 2 ** windowLog;
+    if (base + (base / 8) * (wd & 7) > ZSTD_MAX_WINDOW) throw bad("window larger than 2^27 bytes");
+  }
+  let dict = 0;
+  for (let k = 0; k < [0, 1, 2, 4][dictFlag]; k++) dict += b[p++] * 2 ** (8 * k);
+  if (dict) throw bad("frame needs a dictionary");
+  if (fcsBytes) {
+    let fcs = 0;
+    for (let k = 0; k < fcsBytes; k++) fcs += b[p + k] * 2 ** (8 * k);
+    if (fcsFlag === 1) fcs += 256;
+    if (fcs !== size) throw bad(`its frame declares ${fcs} bytes, expected ${size}`);
+  }
+  for (;;) {
+    if (pos + 3 > b.length) throw bad("truncated block header");
+    const h = b[pos] | (b[pos + 1] << 8) | (b[pos + 2] << 16);
+    const last = h & 1, type = (h >> 1) & 3, bsize = h >>> 3;
+    if (type === 3) throw bad("reserved block type");
+    pos += 3 + (type === 1 ? 1 : bsize);
+    if (last) break;
+  }
+  pos += checksum ? 4 : 0;
+  if (pos !== b.length) throw new FormatError(`${where}: zstd stream of ${b.length} bytes: ${b.length - pos} bytes follow its frame`);
+}
+
 function unzstd(body, size, where) {
+  checkZstdFrame(body, size, where);
   let out;
   try {
     out = zstdDecompress(body);

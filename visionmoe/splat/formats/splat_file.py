@@ -25,6 +25,7 @@ import torch
 
 from ...common.files import atomic_write_bytes
 from ..io import GaussianScene, SceneError
+from ..scene_check import check_finite
 from ._common import SH_C0
 
 logger = logging.getLogger(__name__)
@@ -122,7 +123,9 @@ def scene_from_records(rec: np.ndarray, name: str = ".splat", *, nonfinite: str 
     norm = np.linalg.norm(q, axis=1, keepdims=True)
     q = np.where(norm > 0, q / np.where(norm > 0, norm, 1.0), np.array([1.0, 0, 0, 0])).astype(np.float32)
     t = torch.from_numpy
-    return GaussianScene(
+    scene = GaussianScene(
         means=t(np.ascontiguousarray(means)), quats=t(np.ascontiguousarray(q)), log_scales=t(log_scales),
         opacity_logits=t(opacity), sh_dc=t(dc), sh_rest=torch.zeros(n, 0, 3),
     )
+    # the one rule of every reader (a scale of 3.4e38 has a log-scale past exp's float32 range)
+    return check_finite(scene, name, nonfinite=nonfinite)[0]
