@@ -100,8 +100,9 @@ def read_splat(path: str | os.PathLike, *, nonfinite: str = "reject") -> Gaussia
 def scene_from_records(rec: np.ndarray, name: str = ".splat", *, nonfinite: str = "reject") -> GaussianScene:
     """Decode ``.splat`` records (an array of :data:`SPLAT_DTYPE`)."""
     n = len(rec)
-    means = rec["position"].astype(np.float32)
-    scales = rec["scale"].astype(np.float64)
+    with np.errstate(invalid="ignore"):  # a signalling NaN warns when cast; NaN/Inf are reported below
+        means = rec["position"].astype(np.float32)
+        scales = rec["scale"].astype(np.float64)
     if (scales < 0).any():
         raise SceneError(f"{name}: {int((scales < 0).any(1).sum())} Gaussians have negative scales; not a .splat file?")
     finite = np.isfinite(means).all(1) & np.isfinite(scales).all(1)
