@@ -3,12 +3,15 @@ installed into a fresh virtual environment (next to the already-installed depend
 
 import ast
 import importlib.metadata as md
+import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -17,6 +20,7 @@ PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 ASSET = REPO / "assets" / "fruit_drops_minimal.ply"
 #: imported inside try/except or behind an option, and declared in an extra
 OPTIONAL = {"gsplat": "gsplat"}
+CHROMIUM_PATHS = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
 
 
 def _norm(name: str) -> str:
@@ -102,10 +106,12 @@ def _run(cmd, **kw):
     return r.stdout
 
 
-@pytest.mark.slow
-def test_wheel_in_a_fresh_venv(tmp_path):
+@pytest.fixture(scope="module")
+def installed_wheel(tmp_path_factory) -> SimpleNamespace:
     """Build the wheel (reusing the compiled objects in build/), install it into a new venv that sees
-    the installed dependencies but not the checkout, and use both command lines from elsewhere."""
+    the installed dependencies but not the checkout, and compress the demo scene with it from
+    elsewhere (work/scene.pgms): the tests below share this venv."""
+    tmp_path = tmp_path_factory.mktemp("wheel")
     wheels = tmp_path / "wheels"
     env = {**os.environ, "MAX_JOBS": os.environ.get("MAX_JOBS", "2"), "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     _run([sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-q", "-w", str(wheels),
@@ -123,24 +129,28 @@ def test_wheel_in_a_fresh_venv(tmp_path):
          env=env, timeout=600)
     work = tmp_path / "elsewhere"
     work.mkdir()
-    run_env = {k: v for k, v in env.items() if k != "PYTHONPATH"} | {"HF_HUB_OFFLINE": "1"}
+    run_env = {k: v for k, v in env.items() if k not in ("PYTHONPATH", "NODE_PATH")} | {"HF_HUB_OFFLINE": "1"}
     bin_ = venv / "bin"
+    _run([str(bin_ / "visionmoe-splat"), "compress", str(ASSET), "-o", "scene.pgms", "--ratio", "10",
+          "--prune-search", "0", "--refine-steps", "0"],
+         cwd=work, env=run_env, timeout=900)
+    return SimpleNamespace(py=py, bin=bin_, site=site, work=work, env=run_env)
+
+
+@pytest.mark.slow
+def test_wheel_in_a_fresh_venv(installed_wheel):
+    """Both command lines and the package data, from the wheel, run from elsewhere."""
+    py, bin_, site, work, run_env = (installed_wheel.py, installed_wheel.bin, installed_wheel.site,
+                                     installed_wheel.work, installed_wheel.env)
     where = _run([str(py), "-c", "import visionmoe, visionmoe.video.models.toy_world as t; print(visionmoe.__file__); "
                   "print(t.TOY_WORLD_PATH); print(visionmoe.__version__)"], cwd=work, env=run_env).split()
     assert all(Path(p).is_relative_to(site) for p in where[:2]), where
     assert where[2] == md.version("visionmoe")
-    # the viewer page travels as package data, not as a path into a checkout
-    page = site / "visionmoe" / "splat" / "viewer" / "site"
-    assert (page / "viewer" / "index.html").is_file() and (page / "src" / "pgms.js").is_file()
-    assert not (page / "viewer").is_symlink()
     assert _run([str(bin_ / "visionmoe-video"), "--version"], cwd=work, env=run_env).strip().endswith(where[2])
     helptext = _run([str(bin_ / "visionmoe-splat"), "--help"], cwd=work, env=run_env)
     if "--version" in helptext:
         assert where[2] in _run([str(bin_ / "visionmoe-splat"), "--version"], cwd=work, env=run_env)
-    # compress / decompress round trip of the demo scene
-    _run([str(bin_ / "visionmoe-splat"), "compress", str(ASSET), "-o", "scene.pgms", "--ratio", "10",
-          "--prune-search", "0", "--refine-steps", "0"],
-         cwd=work, env=run_env, timeout=900)
+    # decompress what the fixture compressed (the demo scene)
     _run([str(bin_ / "visionmoe-splat"), "decompress", "scene.pgms", "-o", "decoded.ply"],
          cwd=work, env=run_env, timeout=300)
     n = _run([str(py), "-c", "from visionmoe.splat import read_ply; print(read_ply('decoded.ply').num_gaussians)"],
@@ -150,3 +160,45 @@ def test_wheel_in_a_fresh_venv(tmp_path):
     out = _run([str(bin_ / "visionmoe-video"), "generate", "--steps", "2", "-o", "toy.mp4"],
                cwd=work, env=run_env, timeout=900)
     assert f"adapter: {Path(where[1]) / 'pila'}" in out and (work / "toy.mp4").stat().st_size > 1000
+
+
+# Where the page's requests may go: the page, its one bundled module, and the scene.
+VIEWER_REQUESTS = {"/viewer/index.html", "/viewer/viewer.js", "/scene.pgms"}
+PROBE = """
+import json, subprocess, sys
+from pathlib import Path
+from visionmoe.splat.viewer import server
+data = Path("scene.pgms").read_bytes()
+site = server.site_root()
+with server.serve(data) as srv:
+    url = srv.page_url(hud=0, width=96, height=96, level=0, camera=server.default_camera(data, 0))
+    res = subprocess.run(["node", str(server.check_npm_root() / "tools" / "screenshot.mjs"), "--url", url,
+                          "--out", "probe.png", "--width", "96", "--height", "96"], capture_output=True, text=True)
+    print(json.dumps({"site": str(site), "npm_root": str(server.NPM_ROOT), "rc": res.returncode,
+                      "stderr": res.stderr[-2000:], "requests": sorted({p for p, _ in srv.requests})}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("node") is None or not any(Path(p).exists() for p in CHROMIUM_PATHS),
+                    reason="needs node and Chromium (make web-deps)")
+def test_viewer_from_the_wheel(installed_wheel):
+    """The viewer ships in the wheel: `view --screenshot` works with no checkout or npm packages in
+    reach, and the served page loads nothing but files of the installed package."""
+    py, bin_, site, work, run_env = (installed_wheel.py, installed_wheel.bin, installed_wheel.site,
+                                     installed_wheel.work, installed_wheel.env)
+    page = site / "visionmoe" / "splat" / "viewer" / "site"
+    for name in ("viewer/index.html", "viewer/viewer.js", "tools/screenshot.mjs", "THIRD_PARTY_LICENSES.md"):
+        assert (page / name).is_file() and not (page / name).is_symlink(), name
+    assert not (page / "src").exists() and not (page / "node_modules").exists()
+    _run([str(bin_ / "visionmoe-splat"), "view", "scene.pgms", "--screenshot", "shot.png", "--width", "160",
+          "--height", "120"], cwd=work, env=run_env, timeout=600)
+    import imageio.v3 as iio
+
+    shot = iio.imread(work / "shot.png")
+    assert shot.shape[:2] == (120, 160)
+    assert (shot[..., :3].max(-1) > 20).mean() > 0.05  # the scene, not the black background
+    probe = json.loads(_run([str(py), "-c", PROBE], cwd=work, env=run_env, timeout=600).strip().splitlines()[-1])
+    assert probe["rc"] == 0, probe["stderr"]
+    assert Path(probe["site"]) == page and Path(probe["npm_root"]) == page
+    assert set(probe["requests"]) == VIEWER_REQUESTS, probe["requests"]
