@@ -29,8 +29,8 @@ $(INSTALL_STAMP): $(DEPS_STAMP) setup.py pyproject.toml
 	touch $@
 
 # build_ext re-runs ninja every time: only changed kernels recompile. It also rebuilds the viewer
-# bundle (package data, from web/ with its npm packages) when an input changed.
-build: $(INSTALL_STAMP) $(WEB_STAMP)
+# bundle (package data, from web/ with its npm packages, installed first) when an input changed.
+build: $(WEB_STAMP) $(INSTALL_STAMP)
 	$(PY) setup.py -q build_ext --inplace
 	$(PY) -c "import visionmoe.ops as o; print('visionmoe._C:', o.build_info())"
 
