@@ -54,6 +54,15 @@ def test_log_scale_limit_is_where_float32_exp_overflows():
     assert check_finite(scene, "s")[1] == 0
 
 
+def test_the_float32_value_just_past_the_limit_is_refused():
+    past = torch.tensor(LOG_SCALE_LIMIT, dtype=torch.float32)  # rounds up: exp overflows in float32
+    assert not math.isfinite(torch.exp(past).item())
+    scene = _scene()
+    scene.log_scales[2, 0] = past
+    with pytest.raises(SceneError, match="1 of 6"):
+        check_finite(scene, "s")
+
+
 def test_drop_returns_the_rest_and_the_count():
     scene = _scene()
     scene.log_scales[1, 1] = 100.0

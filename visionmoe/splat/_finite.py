@@ -38,13 +38,16 @@ def violations(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     out = {name: np.zeros(n, bool) for name in WHY}
     for a in range(0, n, _CHUNK):
         rows = slice(a, min(n, a + _CHUNK))
-        v = {k: np.asarray(arrays[k][rows], np.float64).reshape(rows.stop - a, -1) for k in arrays}
+        v = {k: np.asarray(arrays[k][rows]).reshape(rows.stop - a, -1) for k in arrays}  # float32 views
         with np.errstate(over="ignore", invalid="ignore"):
-            # float64 sums of float32 values: an overflow past float32 shows as a value > FLOAT32_MAX
-            colour_bound = 0.5 + np.abs(v["sh_dc"]).sum(1) + np.abs(v["sh_rest"]).sum(1)
-            quat_norm2 = (v["quats"] * v["quats"]).sum(1)
+            # sums accumulated in float64: an overflow past float32 shows as a value > FLOAT32_MAX
+            colour_bound = (0.5 + np.abs(v["sh_dc"]).sum(1, dtype=np.float64)
+                            + np.abs(v["sh_rest"]).sum(1, dtype=np.float64))
+            q = v["quats"].astype(np.float64)
+            quat_norm2 = (q * q).sum(1)
             out["means"][rows] = ~np.isfinite(v["means"]).all(1)
-            out["log_scales"][rows] = ~(np.isfinite(v["log_scales"]).all(1) & (v["log_scales"] <= LOG_SCALE_LIMIT).all(1))
+            ls = v["log_scales"].astype(np.float64)  # float32(LOG_SCALE_LIMIT) rounds up, past exp's range
+            out["log_scales"][rows] = ~(np.isfinite(ls).all(1) & (ls <= LOG_SCALE_LIMIT).all(1))
             out["opacity_logits"][rows] = ~np.isfinite(v["opacity_logits"]).all(1)
             out["sh"][rows] = ~(np.isfinite(colour_bound) & (colour_bound <= FLOAT32_MAX))
             out["quats"][rows] = ~(np.isfinite(quat_norm2) & (quat_norm2 <= FLOAT32_MAX))
