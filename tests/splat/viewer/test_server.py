@@ -1,8 +1,8 @@
 """The view server answers only this machine's browser and stays small: a Host check (DNS
 rebinding), no file outside its folders (links resolved), one log line for a bad request and
 never a traceback, idle connections closed and a bounded number of threads, memory that does
-not grow with the number of requests. The npm packages are stand-ins (only their files are
-served), so these tests need neither Node nor ``npm ci``."""
+not grow with the number of requests. The page is a stand-in (the server only sends its files),
+so these tests need neither Node nor a built bundle."""
 
 from __future__ import annotations
 
@@ -17,29 +17,25 @@ from pathlib import Path
 import pytest
 
 from visionmoe.splat.viewer import server as viewer_server
-from visionmoe.splat.viewer.server import REQUEST_LOG, ViewerError, serve
+from visionmoe.splat.viewer.server import REQUEST_LOG, serve
 
 DATA = bytes(range(256)) * 800  # a 200 KB stand-in for a .pgms (the server only sends its bytes)
 
 
 @pytest.fixture()
-def npm_root(tmp_path) -> Path:
-    """A folder shaped like web/ after `npm ci`: the three packages the server checks for."""
-    root = tmp_path / "web"
-    for pkg in ("three", "@sparkjsdev/spark", "fzstd"):
-        (root / "node_modules" / pkg).mkdir(parents=True)
-        (root / "node_modules" / pkg / "package.json").write_text('{"name": "%s"}' % pkg)
-    (root / "node_modules" / "three" / "three.module.js").write_text("export const REVISION = '0';\n")
+def site(tmp_path, monkeypatch) -> Path:
+    """A stand-in for the package's built site/ (the server only sends its files)."""
+    root = tmp_path / "site"
+    (root / "viewer").mkdir(parents=True)
+    (root / "viewer" / "index.html").write_text("<!doctype html><script type=module src=./viewer.js></script>\n")
+    (root / "viewer" / "viewer.js").write_text("export const REVISION = '0';\n")
+    monkeypatch.setattr(viewer_server, "site_root", lambda: root)
     return root
 
 
 @pytest.fixture()
-def srv(npm_root):
-    try:
-        s = serve(DATA, npm_root=npm_root, idle_timeout=2.0)
-    except ViewerError as exc:  # the page is package data put there by the build
-        pytest.skip(str(exc))
-    with s:
+def srv(site):
+    with serve(DATA, idle_timeout=2.0) as s:
         yield s
 
 
@@ -75,18 +71,21 @@ def test_only_loopback_hosts_with_the_port_are_answered(srv, caplog):
     assert len(refused) == 7 and all("\n" not in r.getMessage() for r in refused)
 
 
-def test_no_link_out_of_the_served_folders(srv, npm_root, tmp_path):
+def test_no_link_out_of_the_served_folder(srv, site, tmp_path):
     secret = tmp_path / "secret.txt"
     secret.write_text("not for the browser")
-    modules = npm_root / "node_modules"
-    (modules / "leak.txt").symlink_to(secret)
-    (modules / "etc").symlink_to("/etc")
-    (modules / "alias").symlink_to("three")  # a link that stays inside is followed
+    (site / "tools").mkdir()
+    (site / "tools" / "tool.mjs").write_text("not for the browser either")
+    page = site / "viewer"
+    (page / "leak.txt").symlink_to(secret)
+    (page / "etc").symlink_to("/etc")
+    (page / "alias.js").symlink_to("viewer.js")  # a link that stays inside is followed
     host = f"127.0.0.1:{srv.port}"
-    assert get(srv, "/node_modules/three/three.module.js", host=host)[0] == 200
-    assert get(srv, "/node_modules/alias/three.module.js", host=host)[0] == 200
-    for path in ("/node_modules/leak.txt", "/node_modules/etc/hostname", "/node_modules/etc/passwd",
-                 "/node_modules/../../secret.txt", "/node_modules/%2e%2e/%2e%2e/secret.txt", "/secret.txt"):
+    assert get(srv, "/viewer/viewer.js", host=host)[0] == 200
+    assert get(srv, "/viewer/alias.js", host=host)[0] == 200
+    for path in ("/viewer/leak.txt", "/viewer/etc/hostname", "/viewer/etc/passwd", "/viewer/../../secret.txt",
+                 "/viewer/%2e%2e/%2e%2e/secret.txt", "/secret.txt", "/tools/tool.mjs", "/viewer/../tools/tool.mjs",
+                 "/node_modules/three/package.json", "/src/pgms.js"):
         status, body = get(srv, path, host=host)
         assert status == 404 and b"not for the browser" not in body, path
 
@@ -94,7 +93,7 @@ def test_no_link_out_of_the_served_folders(srv, npm_root, tmp_path):
 def test_long_or_odd_path_components_are_404_with_one_log_line(srv, caplog, capfd):
     caplog.set_level(logging.INFO, logger=viewer_server.logger.name)
     host = f"127.0.0.1:{srv.port}"
-    for path in ("/node_modules/" + "a" * 300, "/viewer/" + "b" * 256 + "/index.html", "/src/" + "%C3%A9" * 200):
+    for path in ("/viewer/" + "a" * 300, "/viewer/" + "b" * 256 + "/index.html", "/viewer/" + "%C3%A9" * 200):
         caplog.clear()
         assert get(srv, path, host=host)[0] == 404
         lines = viewer_records(caplog)
@@ -119,12 +118,8 @@ def test_a_failing_request_is_one_log_line_and_the_server_goes_on(srv, caplog, c
     assert get(srv, "/scene.pgms", host=f"127.0.0.1:{srv.port}") == (200, DATA)
 
 
-def test_idle_connections_time_out_and_threads_stay_bounded(npm_root):
-    try:
-        s = serve(DATA, npm_root=npm_root, idle_timeout=0.5, max_connections=4)
-    except ViewerError as exc:
-        pytest.skip(str(exc))
-    with s:
+def test_idle_connections_time_out_and_threads_stay_bounded(site):
+    with serve(DATA, idle_timeout=0.5, max_connections=4) as s:
         before = threading.active_count()
         idle = [socket.create_connection(("127.0.0.1", s.port), timeout=10) for _ in range(16)]
         try:
@@ -158,7 +153,7 @@ def test_memory_does_not_grow_with_requests(srv):
     2,000 (~3 s), mixed as a viewing session and an attacker would send them, under 10 MB."""
     host = f"127.0.0.1:{srv.port}"
     kinds = [("/scene.pgms", {}, host), ("/scene.pgms", {"Range": "bytes=100-70000"}, host),
-             ("/viewer/index.html", {}, host), ("/node_modules/" + "x" * 300, {}, host),
+             ("/viewer/index.html", {}, host), ("/viewer/" + "x" * 300, {}, host),
              ("/scene.pgms", {}, "evil.example"), ("/nope", {}, host)]
 
     def session(n: int) -> None:

@@ -7,9 +7,15 @@ with puppeteer-core) are package data of :mod:`visionmoe.splat.viewer` (``site/`
 ``web/`` by setup.py with ``web/tools/bundle.mjs``), so an installed package needs no checkout,
 npm or download. The page fetches the file as a stream and shows each pyramid level as soon as
 its section has arrived, rendered with Spark (three.js). The server answers HTTP Range requests
-for the file and can throttle it
-(``throttle``: pause after given byte offsets), which the browser tests use to make the levels
-arrive one by one.
+for the file and can throttle it (``throttle``: pause after given byte offsets), which the
+browser tests use to make the levels arrive one by one.
+
+The server is for this machine's browser only and stays small however long it runs: it answers
+a request only when its Host is 127.0.0.1, localhost or [::1] with the server's port (a page of
+another site rebinding its name to 127.0.0.1 gets 403), serves nothing but ``site/viewer/`` with
+every link resolved inside it, closes a connection idle for ``idle_timeout`` seconds, runs at
+most ``max_connections`` handler threads, keeps only the last ``REQUEST_LOG`` requests, and
+reports a failed request as one log line (never a traceback).
 """
 
 from __future__ import annotations
@@ -42,9 +48,8 @@ __all__ = ["NPM_ROOT", "ViewerError", "ViewerServer", "site_root", "serve", "as_
 # next to the page (the npm packages are inside the bundles; nothing is served from node_modules).
 NPM_ROOT = Path(__file__).resolve().parent / "site"
 SCENE_PATH = "/scene.pgms"
-# only these folders are served: the page's own (package data) and the npm packages
-_SITE_FOLDERS = ("viewer", "src")
-_NPM_FOLDERS = ("node_modules",)
+# the only folder of site/ that is served: the page and its bundle
+_SERVED_FOLDERS = ("viewer",)
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]")  # the Host names a request may carry
 NAME_MAX = 255  # bytes in one path component (longer ones: 404, as the file system would refuse them)
 IDLE_TIMEOUT = 10.0  # seconds a connection may stay silent before it is closed
@@ -87,8 +92,7 @@ def check_npm_root(npm_root: Path = NPM_ROOT) -> Path:
 @dataclass
 class _Config:
     pgms: bytes
-    site: Path  # viewer/, src/
-    npm_root: Path  # node_modules/
+    site: Path  # viewer/
     throttle: list = field(default_factory=list)  # [(byte offset, seconds to pause after it)]
     chunk: int = 1 << 16
     idle_timeout: float = IDLE_TIMEOUT
@@ -133,13 +137,13 @@ def _static_file(cfg: _Config, url_path: str) -> Path | None:
     resolved (a link may point elsewhere in its folder, never out of it)."""
     parts = Path(os.path.normpath(urllib.parse.unquote(url_path).lstrip("/"))).parts
     # normpath keeps a leading '..'
-    if not parts or ".." in parts or parts[0] not in _SITE_FOLDERS + _NPM_FOLDERS:
+    if not parts or ".." in parts or parts[0] not in _SERVED_FOLDERS:
         return None
     if any(len(p.encode("utf-8", "surrogateescape")) > NAME_MAX for p in parts):
         logger.info("viewer server: not found: a path component over %d bytes", NAME_MAX)
         return None
-    root = (cfg.site if parts[0] in _SITE_FOLDERS else cfg.npm_root) / parts[0]
-    try:  # the folder itself may be a link (an editable build links site/ into web/)
+    root = cfg.site / parts[0]
+    try:  # the folder itself may be a link
         root = root.resolve(strict=True)
         target = root.joinpath(*parts[1:]).resolve(strict=True)
     except (OSError, RuntimeError, ValueError):  # missing, a link loop, a NUL byte
@@ -298,16 +302,14 @@ class ViewerServer:
         self.close()
 
 
-def serve(pgms: bytes | str | os.PathLike, *, port: int = 0, npm_root: Path = NPM_ROOT,
-          throttle: list[tuple[int, float]] | None = None, idle_timeout: float = IDLE_TIMEOUT,
-          max_connections: int = MAX_CONNECTIONS) -> ViewerServer:
-    """Serve the viewer page and one .pgms on 127.0.0.1 (``port`` 0: any free port) to this
-    machine's browser only: requests must name 127.0.0.1, localhost or [::1] with the port as
-    their Host (403 otherwise); a connection idle for ``idle_timeout`` seconds is closed; at most
-    ``max_connections`` are served at once."""
+def serve(pgms: bytes | str | os.PathLike, *, port: int = 0, throttle: list[tuple[int, float]] | None = None,
+          idle_timeout: float = IDLE_TIMEOUT, max_connections: int = MAX_CONNECTIONS) -> ViewerServer:
+    """Serve the viewer page (``site/viewer/``) and one .pgms on 127.0.0.1 (``port`` 0: any free
+    port) to this machine's browser only: requests must name 127.0.0.1, localhost or [::1] with
+    the port as their Host (403 otherwise); a connection idle for ``idle_timeout`` seconds is
+    closed; at most ``max_connections`` are served at once."""
     data = pgms if isinstance(pgms, (bytes, bytearray)) else Path(pgms).read_bytes()
-    cfg = _Config(bytes(data), site_root(), Path(npm_root), list(throttle or []),
-                  idle_timeout=float(idle_timeout))
+    cfg = _Config(bytes(data), site_root(), list(throttle or []), idle_timeout=float(idle_timeout))
     httpd = _BoundedServer(("127.0.0.1", port), _handler(cfg), int(max_connections), slot_wait=float(idle_timeout))
     return ViewerServer(httpd, cfg)
 
@@ -419,7 +421,7 @@ def screenshot(pgms: bytes | str | os.PathLike, out: str | os.PathLike, *, level
     params = {"hud": 0, "width": width, "height": height, "camera": cam}
     if level is not None:
         params["level"] = level
-    with serve(data, npm_root=npm_root) as srv, atomic_path(out, suffix=".png") as shot:
+    with serve(data) as srv, atomic_path(out, suffix=".png") as shot:
         # the tool imports puppeteer from web/node_modules: it runs from the checkout's web/
         cmd = [node, str(npm_root / "tools" / "screenshot.mjs"), "--url", srv.page_url(**params), "--out", str(shot),
                "--width", str(width), "--height", str(height), "--timeout", str(int(timeout * 1000))]
