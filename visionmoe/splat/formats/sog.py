@@ -45,6 +45,7 @@ __all__ = ["MAX_GAUSSIANS", "is_sog_meta", "read_sog", "sog_bytes", "sog_files",
 MAX_GAUSSIANS = 1 << 26  # a 16383 x 16383 WebP holds 2.7e8 texels; 6.7e7 Gaussians is already far past SOG's use
 MAX_ENTRY_BYTES = 1 << 30  # refuse zip entries that would inflate past this
 CODEBOOK = 256
+PALETTE_TRAIN = 32768  # rows the SH palette's k-means trains on (a sample of larger scenes)
 SH_REST = (0, 3, 8, 15)
 _SQRT2 = math.sqrt(2.0)
 _OPACITY_EPS = 1e-6
@@ -251,7 +252,8 @@ def _unpack_opacity(a: np.ndarray) -> np.ndarray:
 # ----------------------------------------------------------------------------- SH palette
 
 def palette_size(n: int) -> int:
-    """Entries of the SH palette: one per Gaussian up to 1024, then splat-transform's rule."""
+    """Entries of the SH palette: one per Gaussian up to 1024, then splat-transform's rule (the
+    writer keeps at most :data:`PALETTE_TRAIN`: past that, a seeded sample of the Gaussians' own SH)."""
     if n <= 1024:
         return n
     return min(64, 2 ** int(math.floor(math.log2(n / 1024)))) * 1024
@@ -268,7 +270,11 @@ def _pack_sh_rest(rest: np.ndarray, iterations: int, seed: int) -> tuple[np.ndar
         from ..encoder.kmeans import build_codebook
         from ..pgms.prototypes import assign
 
-        cb = build_codebook(flat, torch.ones(n), size, iters=iterations, seed=seed)
+        if size >= PALETTE_TRAIN:  # k-means on a sample no larger than the palette moves nothing: keep the sample
+            pick = torch.randperm(n, generator=torch.Generator().manual_seed(seed))[:PALETTE_TRAIN]
+            cb = flat[pick]
+        else:
+            cb = build_codebook(flat, torch.ones(n), size, iters=iterations, max_train=PALETTE_TRAIN, seed=seed)
         labels = assign(flat, cb).numpy()
         centroids = cb.numpy()
     book, idx = _fit_codebook(centroids)  # [m, 3K] codebook indices
