@@ -12,7 +12,7 @@ import tarfile
 import tomllib
 
 import pytest
-from web_env import NODE, NPM, ROOT, WEB, needs_node
+from web_env import NODE, NPM, ROOT, WEB, needs_browser, needs_node
 
 PACKAGE = json.loads((WEB / "package.json").read_text())
 PACKED = {"package.json", "README.md", "LICENSE", "index.js", "index.d.ts", "spark.d.ts",
@@ -88,3 +88,18 @@ def test_npm_pack_installs_into_an_empty_folder_and_decodes_bit_exactly(fixtures
     report = json.loads(res.stdout.strip().splitlines()[-1])
     manifest = json.loads((fixtures / "manifest.json").read_text())
     assert report["files"] == len(manifest["files"]) and report["levels"] == sum(f["levels"] for f in manifest["files"])
+
+
+@needs_browser
+def test_the_readme_example_shows_a_streamed_scene(fixtures, tmp_path):
+    """The README's browser example, bundled as a web developer would, shows the scene in Chromium."""
+    section = (WEB / "README.md").read_text().split("## Show a .pgms as it streams", 1)[1]
+    (tmp_path / "example.mjs").write_text(re.search(r"```js\n(.*?)```", section, re.S).group(1))
+    (tmp_path / "node_modules").mkdir()
+    (tmp_path / "node_modules" / "visionmoe-pgms").symlink_to(WEB, target_is_directory=True)
+    shutil.copy(fixtures / "fruit_drops_minimal_20x.pgms", tmp_path / "scene.pgms")
+    res = subprocess.run([NODE, str(ROOT / "tests" / "web" / "readme_example.mjs"), "--web", str(WEB), "--dir", str(tmp_path),
+                          "--out", str(tmp_path / "shot.png")], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    report = json.loads(res.stdout.strip().splitlines()[-1])
+    assert report["errors"] == [] and report["lit"] > 0.05, report
