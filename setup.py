@@ -120,6 +120,9 @@ def build_viewer_site() -> str | None:
     site = os.path.join(HERE, VIEWER_SITE)
     built = os.path.isfile(os.path.join(site, "viewer", "index.html"))
     if not os.path.isdir(os.path.join(WEB, "viewer")):  # an sdist without web/: a site built before, if any
+        if not built:
+            print("warning: web/ is missing, so this build has no viewer page (`visionmoe-splat view` will say so)",
+                  file=sys.stderr)
         return site if built else None
     stamp = viewer_inputs_hash()
     try:
