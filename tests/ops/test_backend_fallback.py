@@ -35,11 +35,13 @@ def no_extension(monkeypatch):
 
     monkeypatch.setattr(_backend, "_import_extension", fail)
     _backend._load.cache_clear()
+    _backend.warn_fallback.cache_clear()
     try:
         yield
     finally:
         monkeypatch.undo()
         _backend._load.cache_clear()
+        _backend.warn_fallback.cache_clear()
 
 
 def backend_warnings(caplog) -> list[str]:
@@ -95,6 +97,7 @@ def test_routing_ops_match_the_compiled_kernels(normalize, monkeypatch):
     near = ops.nearest_center(pts, ctr)
     mom = ops.segment_moments(feats, w, seg, 11)  # segments 9 and 10 are empty
     _backend._load.cache_clear()
+    _backend.warn_fallback.cache_clear()
     monkeypatch.setattr(_backend, "_import_extension", lambda: (_ for _ in ()).throw(ImportError(CAUSE)))
     try:
         assert isinstance(_backend.kernels(torch.device("cpu")), _backend._PyTorchKernels)
@@ -104,6 +107,7 @@ def test_routing_ops_match_the_compiled_kernels(normalize, monkeypatch):
     finally:
         monkeypatch.undo()
         _backend._load.cache_clear()
+        _backend.warn_fallback.cache_clear()
     for a, b in zip(compiled, fallback):
         torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-12)
     assert torch.equal(near[0], near_f[0])
@@ -144,7 +148,8 @@ def test_fallback_edge_cases(no_extension):
     assert index.shape == (0,) and dist.shape == (0,)
 
 
-def test_rasterize_without_the_extension_is_one_line_naming_torch_and_pip(no_extension):
+def test_rasterize_without_the_extension_is_one_line_naming_torch_and_pip(no_extension, caplog):
+    caplog.set_level(logging.WARNING, logger=_backend.logger.name)
     means = torch.zeros(1, 3)
     quats = torch.tensor([[1.0, 0, 0, 0]])
     K = torch.tensor([[[20.0, 0, 8], [0, 20.0, 8], [0, 0, 1]]])
@@ -156,6 +161,7 @@ def test_rasterize_without_the_extension_is_one_line_naming_torch_and_pip(no_ext
     assert "\n" not in msg and "project_fwd has no pure-PyTorch path" in msg and CAUSE in msg
     if BUILT_FOR is not None:
         assert f"built for torch {BUILT_FOR}" in msg and f"pip install torch=={BUILT_FOR}" in msg
+    assert backend_warnings(caplog) == []  # the error line says it all: no warning before it
     with pytest.raises(ops.ExtensionNotBuiltError, match="pip install torch=="):
         compiled_rans.rans_encode(torch.zeros(3, dtype=torch.int64).numpy(), torch.tensor([4]).numpy(), 2, 1)
 

@@ -80,9 +80,15 @@ def _load() -> tuple[Any | None, str | None]:
     try:
         return _import_extension(), None
     except ImportError as exc:  # not built, or built against another torch
-        logger.warning("%s. Until then the routing ops and the rANS coder run on their slower pure-PyTorch and "
-                       "numpy paths, and rendering is unavailable", explain(str(exc)))
         return None, str(exc)
+
+
+@functools.lru_cache(maxsize=1)
+def warn_fallback() -> None:
+    """Log, once, that an op runs on its pure-PyTorch/numpy path because the extension cannot load
+    (only when a fallback is used: an op that has none raises the same advice as its error line)."""
+    logger.warning("%s. Until then the routing ops and the rANS coder run on their slower pure-PyTorch and "
+                   "numpy paths, and rendering is unavailable", explain(_load()[1] or ""))
 
 
 def extension():
@@ -104,6 +110,7 @@ class _PyTorchKernels:
         if kernel is None:
             raise ExtensionNotBuiltError(f"{name} has no pure-PyTorch path and needs the compiled extension: "
                                          f"{explain(self.error)}")
+        warn_fallback()
         return kernel
 
 

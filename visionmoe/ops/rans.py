@@ -11,16 +11,20 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ._backend import _load, extension
+from ._backend import _load, extension, warn_fallback
 
 # status codes of rans_decode
 DECODED, WORDS_EXHAUSTED, WORDS_UNUSED, BAD_FINAL_STATE = 0, 1, 2, 3
 
 
 def available() -> bool:
-    """Whether the compiled coder is there (the extension is built and has it)."""
+    """Whether the compiled coder is there (the extension is built and has it); when the extension
+    cannot load, the caller's numpy loops take over after the one warning of ``warn_fallback``."""
     module, _ = _load()
-    return module is not None and hasattr(module.cpu, "rans_encode")
+    if module is None:
+        warn_fallback()
+        return False
+    return hasattr(module.cpu, "rans_encode")
 
 
 def rans_encode(symbols: np.ndarray, freqs: np.ndarray, precision: int, lanes: int) -> tuple[np.ndarray, np.ndarray]:
