@@ -253,6 +253,21 @@ def cases(src: dict[str, bytes]):
     yield "XFRM scale 1e30 (a valid transform, log-scales inside the bound)", edited(huge_scale), "ok"
 
 
+def palette_cases():
+    """A one-level file written from FORMAT.md whose DC value table (PALT) reaches 1e37 (the
+    bound: decodes) or 3e38 (finite, but three such channels overflow a colour in float32:
+    refused) -> (name, bytes, expect)."""
+    n = 4
+    for top, expect in ((1e37, "ok"), (3e38, "refuse")):
+        modes = h.int_stream(np.array([1, 0, 0, 0, 0, 0, 0]))
+        table = h.parse_streams(bs.encode_floats(np.array([-0.5, 0.0, top]), half=False))[0]
+        secs = [h.Sec("HEAD", h.GLOBAL, h.head(num_levels=1, level0=n, total=n, source=n)),
+                h.Sec("CBSR", h.GLOBAL, h.f16_stream(h.SHAPE_ROW).pack()),
+                h.Sec("PALT", h.GLOBAL, h.pack_streams([modes, table])),
+                h.Sec("LEVL", 0, h.fine_level(n)), h.Sec("END0", h.GLOBAL, b"")]
+        yield f"PALT dc0 table reaching {top:g}", h.pack(secs, (5, 0)), expect
+
+
 def scale_overflow_case() -> tuple[str, bytes, str]:
     """The issue's reproducer: log-scales near the coded bound plus XFRM's ln(1e30) would decode
     above 88.7 (exp overflows float32); FORMAT.md bounds them by 80 after XFRM."""
@@ -293,7 +308,7 @@ def build(out: Path, mutants: int = MUTANTS, seed: int = SEED, xfrm: int = 400, 
         add("xfrm", what, data)
     for what, data in zstd_mutants(src, zstd, random.Random(seed + 2)):
         add("zstd", what, data)
-    for what, data, expect in [*cases(src), scale_overflow_case()]:
+    for what, data, expect in [*cases(src), *palette_cases(), scale_overflow_case()]:
         add("case", what, data, expect=expect)
     manifest = {"seed": seed, "seconds": round(time.perf_counter() - t0, 2), "files": entries}
     (out / "manifest.json").write_text(json.dumps(manifest, indent=0))

@@ -24,6 +24,7 @@ const MAX_CHILDREN = 255;
 const MAX_PALETTE = 4096;
 const BIG = 2 ** 40;
 const MAX_ABS_LOG_SCALE = 80; // every decoded log-scale, before and after XFRM (exp finite in float32)
+const MAX_ABS_DC_TABLE = 1e37; // PALT tables of DC colours (colours stay finite in float32)
 const CODER_RAW = 0, CODER_ZSTD = 1, CODER_LZMA = 2, CODER_CONSTRICTION = 3, CODER_RANS = 4;
 const KIND_INT = 0, KIND_F16 = 1, KIND_F32 = 2;
 const PALETTE_CHANNELS = ["dc0", "dc1", "dc2", "op", "ls0", "ls1", "ls2"];
@@ -537,6 +538,7 @@ function readPalettes(payload) {
     if (kind !== KIND_F32) throw new FormatError(`PALT: palette ${c} is not a strictly increasing float32 table`);
     for (let k = 1; k < n; k++) if (!(v[k] > v[k - 1])) throw new FormatError(`PALT: palette ${c} is not a strictly increasing float32 table`);
     if (c.startsWith("ls")) for (let k = 0; k < n; k++) if (Math.abs(v[k]) > MAX_ABS_LOG_SCALE) throw new FormatError(`PALT: palette ${c} holds log-scales out of range`);
+    if (c.startsWith("dc")) for (let k = 0; k < n; k++) if (Math.abs(v[k]) > MAX_ABS_DC_TABLE) throw new FormatError(`PALT: palette ${c} holds colours out of range (beyond +-1e37)`);
     values[c] = v;
     mode[c] = m;
   });

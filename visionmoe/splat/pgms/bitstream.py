@@ -36,8 +36,8 @@ from .coders import (_SLOW_CODER_LIMIT, ALL_CODERS, CODER_LZMA, CODER_NAMES, COD
 # (Quantizer, ShGrid, Palettes, identity_frames, decorrelate_dc... are re-exported:
 # ``bitstream`` stays the one import for the format's types.)
 from .file_transform import XFRM, FileTransform  # noqa: F401 (re-exported: section XFRM)
-from .quantize import (MAX_ABS_LOG_SCALE, MAX_PALETTE, PALETTE_CHANNELS, PALETTE_NONE, PALETTE_PREDICTED,
-                       DecodedLevel, Palettes, Parents, Quantizer, ShapeTable, ShGrid, Tables, correlate_dc, decorrelate_dc, dequantize_level,
+from .quantize import (MAX_ABS_DC_TABLE, MAX_ABS_LOG_SCALE, MAX_PALETTE, PALETTE_CHANNELS, PALETTE_NONE,
+                       PALETTE_PREDICTED, DecodedLevel, Palettes, Parents, Quantizer, ShapeTable, ShGrid, Tables, correlate_dc, decorrelate_dc, dequantize_level,
                        identity_frames)  # noqa: F401
 
 MAGIC = b"\x89PGMS\r\n\x1a"
@@ -320,6 +320,8 @@ def read_palettes(payload: bytes, major: int | None = None) -> Palettes:
             raise FormatError(f"PALT: palette {c} is not a strictly increasing float32 table")
         if c.startswith("ls") and np.abs(v).max() > MAX_ABS_LOG_SCALE:
             raise FormatError(f"PALT: palette {c} holds log-scales out of range")
+        if c.startswith("dc") and np.abs(v.astype(np.float64)).max() > MAX_ABS_DC_TABLE:
+            raise FormatError(f"PALT: palette {c} holds colours out of range (beyond +-{MAX_ABS_DC_TABLE:g})")
         values[c], mode[c] = v.astype(np.float32), m
     r.done()
     if not values:

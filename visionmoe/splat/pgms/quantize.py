@@ -25,12 +25,15 @@ __all__ = [
     "Quantizer", "ShGrid", "Palettes", "Parents", "Tables", "ShapeTable", "DecodedLevel", "LevelMemo",
     "quantize_level", "dequantize_level", "identity_frames", "decorrelate_dc", "correlate_dc",
     "nearest_index", "sigmoid", "PALETTE_CHANNELS", "PALETTE_NONE", "PALETTE_ABSOLUTE", "PALETTE_PREDICTED",
-    "MAX_PALETTE", "MAX_ABS_LOG_SCALE",
+    "MAX_PALETTE", "MAX_ABS_LOG_SCALE", "MAX_ABS_DC_TABLE",
 ]
 
 #: every decoded log-scale, in the coded frame and after XFRM, lies in [-80, 80]: exp of it is
 #: finite in float32 (exp(80) ~ 5.5e34 < 3.4e38), and the encoder clamps inputs to [-30, 30]
 MAX_ABS_LOG_SCALE = 80.0
+#: PALT tables of DC colours lie in [-1e37, 1e37]: three channels and every SH band the format can
+#: hold then sum far below FLT_MAX (a renderer's colour stays finite in float32)
+MAX_ABS_DC_TABLE = 1e37
 
 
 @dataclass(frozen=True)
