@@ -422,7 +422,8 @@ def screenshot(pgms: bytes | str | os.PathLike, out: str | os.PathLike, *, level
     if level is not None:
         params["level"] = level
     with serve(data) as srv, atomic_path(out, suffix=".png") as shot:
-        # the tool imports puppeteer from web/node_modules: it runs from the checkout's web/
-        cmd = [node, str(npm_root / "tools" / "screenshot.mjs"), "--url", srv.page_url(**params), "--out", str(shot),
-               "--width", str(width), "--height", str(height), "--timeout", str(int(timeout * 1000))]
+        # the bundled tool runs in its own folder: it gets an absolute path (`out` may be relative)
+        cmd = [node, str(npm_root / "tools" / "screenshot.mjs"), "--url", srv.page_url(**params),
+               "--out", str(shot.absolute()), "--width", str(width), "--height", str(height),
+               "--timeout", str(int(timeout * 1000))]
         return _run_tool(cmd, shot, chromium, timeout, npm_root)
