@@ -1,11 +1,12 @@
 """Shared pieces of the ``visionmoe-splat`` commands: common options, input/output checks,
-logging set-up. Imports nothing of the command modules; the exit codes, signals, user-error
+the progress display. Imports nothing of the command modules; the exit codes, signals, user-error
 type and argument validators both command lines share are in :mod:`visionmoe.common`."""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import re
 import sys
 from pathlib import Path
 
@@ -17,17 +18,12 @@ def add_common_options(p: argparse.ArgumentParser) -> None:
     """-q/--quiet and -v/--verbose on a command (where it has not defined them itself)."""
     have = p._option_string_actions
     if "--quiet" not in have:
-        p.add_argument("-q", "--quiet", action="store_true", help="no progress bars, only errors and results")
+        p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
     elif "-q" not in have:
         have["-q"] = have["--quiet"]
         have["--quiet"].option_strings.insert(0, "-q")
     if "--verbose" not in have:
-        p.add_argument("-v", "--verbose", action="store_true", help="log the library's steps on stderr")
-
-
-def apply_verbosity(args) -> None:
-    if getattr(args, "verbose", False):
-        enable_verbose_logging()
+        p.add_argument("-v", "--verbose", action="store_true", help="log the library's steps on stderr, one line each")
 
 
 def add_output_options(p: argparse.ArgumentParser, what: str, required: bool = True) -> None:
@@ -76,6 +72,27 @@ def _stem(p: Path) -> str:
     return p.stem
 
 
+_PYTHON_HINT = re.compile(r" \((?:use|drop them first:)[^()]*nonfinite=[^)]*\)+")
+
+
+def read_scene(path: Path, drop_nonfinite: bool | None = None):
+    """A scene from any supported input format. The library's hint for non-finite values names
+    a Python call; here it names ``--drop-nonfinite`` only where that helps: a command that has
+    the flag (``drop_nonfinite`` not None), reading a format that can hold such values (not a
+    .pgms, whose decoder refuses them)."""
+    from ..formats import format_of, read_any
+    from ..io import SceneError
+
+    try:
+        return read_any(path, nonfinite="drop" if drop_nonfinite else "reject")
+    except SceneError as exc:
+        message = str(exc)
+        if not _PYTHON_HINT.search(message):
+            raise
+        helps = drop_nonfinite is False and format_of(path) != "pgms"
+        raise CLIError(_PYTHON_HINT.sub(" (--drop-nonfinite skips them)" if helps else "", message, count=1)) from None
+
+
 def progress_over(items: list, quiet: bool, desc: str):
     """A progress bar over files when there are several (and not quiet)."""
     if len(items) < 2 or quiet:
@@ -104,12 +121,58 @@ def check_io(inp: Path, out: Path, suffix: str) -> None:
         raise CLIError(f"output folder {out.parent} does not exist")
 
 
-def enable_verbose_logging() -> None:
-    """Show the library's INFO log lines (the encoder's stages and their timings) on stderr."""
-    log = logging.getLogger("visionmoe.splat")
-    if not any(getattr(h, "_visionmoe_cli", False) for h in log.handlers):
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(message)s"))
-        handler._visionmoe_cli = True
-        log.addHandler(handler)
-    log.setLevel(logging.INFO)
+class _AboveTheBar:
+    """A stream for the log handler while a bar is shown: each line is written through
+    ``tqdm.write``, which clears the bar, prints the line on a line of its own and redraws it."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def write(self, text: str) -> None:
+        from tqdm import tqdm
+
+        tqdm.write(text, file=self.stream, end="")
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+class EncodeProgress:
+    """The display of one encode: the encoder's ``(stage, done, total)`` reports
+    (``encoder.stages.ProgressFn``) on one tqdm bar on stderr that shows them as they come (the
+    stage as its label, ``done`` of ``total`` steps), with the log lines (``-v``: the stage
+    lines) printed above it. A context manager: the bar is closed and the log handlers restored
+    on the way out."""
+
+    def __init__(self, enabled: bool = True):
+        self.enabled, self.bar, self.stage = enabled, None, None
+        self._handlers: list[tuple[logging.StreamHandler, object]] = []
+
+    def __enter__(self) -> EncodeProgress:
+        if self.enabled:
+            for h in logging.getLogger("visionmoe").handlers:
+                if isinstance(h, logging.StreamHandler) and h.stream is sys.stderr:
+                    self._handlers.append((h, h.setStream(_AboveTheBar(sys.stderr))))
+        return self
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        if not self.enabled:
+            return
+        if self.bar is None:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, unit="step", file=sys.stderr, leave=False, dynamic_ncols=True)
+        if total != self.bar.total:
+            self.bar.total = total
+        if stage != self.stage:
+            self.stage = stage
+            self.bar.set_description_str(stage, refresh=False)
+        self.bar.n = max(0, min(done, total))
+        self.bar.refresh()
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        for h, stream in self._handlers:
+            h.setStream(stream)
+        self._handlers.clear()

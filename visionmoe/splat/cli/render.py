@@ -6,7 +6,7 @@ from pathlib import Path
 
 from ...common.cli import CLIError
 from ...common.validators import positive_int, rgb
-from ._common import add_output_options
+from ._common import add_output_options, read_scene
 
 __all__ = ["add_render_parser", "cmd_render"]
 
@@ -31,6 +31,8 @@ def add_render_parser(subparsers) -> None:
     p.add_argument("--fov", type=float, default=50.0, help="orbit horizontal field of view in degrees (default 50)")
     p.add_argument("--elevation", type=float, default=20.0, help="orbit elevation in degrees (default 20)")
     p.add_argument("--up", default="-y", help="world up axis for orbits: +x,-x,+y,-y,+z,-z (default -y)")
+    p.add_argument("--drop-nonfinite", action="store_true",
+                   help="skip Gaussians whose values are NaN/Inf (or overflow float32) instead of failing")
     p.set_defaults(func=cmd_render)
 
 
@@ -40,7 +42,6 @@ def cmd_render(args) -> int:
 
     from ...common.files import atomic_write_bytes
     from ..cameras import load_cameras_json, orbit_cameras
-    from ..formats import read_any
     from ..render import render, resolve_device
 
     scene_path = Path(args.scene)
@@ -53,7 +54,7 @@ def cmd_render(args) -> int:
     if existing and not args.overwrite:
         raise CLIError(f"{out_dir} already holds {existing[0].name}; use -w/--overwrite to replace the views")
     device = resolve_device(args.device)  # before the scene is read
-    scene = read_any(scene_path).to(device)
+    scene = read_scene(scene_path, args.drop_nonfinite).to(device)
     if args.cameras:
         cameras = load_cameras_json(args.cameras, width=args.width, height=args.height)
     else:
@@ -66,6 +67,5 @@ def cmd_render(args) -> int:
             out = render(scene, cameras[i], backend=args.backend, background=args.background, sh_degree=args.sh_degree)
         image = (out.colors[0].clamp(0, 1) * 255 + 0.5).to(torch.uint8).cpu().numpy()
         path = atomic_write_bytes(out_dir / f"view_{i:03d}.png", iio.imwrite("<bytes>", image, extension=".png"))
-        if not args.quiet:
-            print(f"wrote {path} ({cameras.width}x{cameras.height}, {scene.num_gaussians} Gaussians)")
+        print(f"wrote {path} ({cameras.width}x{cameras.height}, {scene.num_gaussians} Gaussians)")
     return 0

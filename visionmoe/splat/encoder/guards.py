@@ -11,6 +11,13 @@ rate search, so every encode ends (a result or one error):
   counted in ``CompressResult.clamped_log_scales``. Below, a Gaussian is a point at any camera
   resolution (the rasteriser's 0.3 px low-pass sets its footprint); above, its covariance
   overflows float32 (exp(2 x 44) > 3.4e38) and the estimates turn NaN.
+* A byte target below the smallest file the encoder can write (:func:`smallest_file_bytes`):
+  refused before any work (:func:`check_target`), naming that size. Every .pgms holds the
+  preamble, HEAD, XFRM (``frame="scene"``), the shape codebook, one LEVL section per pyramid
+  level with its stream headers, and END0; each term is sized by the writer's own structures
+  (``pgms.bitstream``). Before the pyramid is built the encoder may still prune all but a few
+  Gaussians, so the check assumes the one-level pyramid: a lower bound, exact to the streams'
+  coded bytes (what a constant stream costs), measured against a real encode in the tests.
 """
 
 from __future__ import annotations
@@ -21,6 +28,8 @@ from dataclasses import dataclass, replace
 import torch
 
 from ..io import GaussianScene, SceneError
+from ..pgms import bitstream as bs
+from ..pgms.file_transform import XFRM
 
 logger = logging.getLogger(__name__)
 
@@ -59,3 +68,38 @@ def guard_input(scene: GaussianScene) -> GuardedScene:
                        MAX_LOG_SCALE)
         scene = replace(scene, log_scales=scene.log_scales.clamp(MIN_LOG_SCALE, MAX_LOG_SCALE))
     return GuardedScene(scene, clamped)
+
+
+# streams per LEVL section (``bitstream.write_level``): a coarse level codes shape, pos x3, dc x3,
+# op and child_count; the fine tier ls x3, rot_i, rot x3, pos x3, dc x3 and op (+ SH flags and
+# indices when it has SH prototypes, which the smallest file does not)
+_COARSE_STREAMS, _FINE_STREAMS = 9, 14
+_SECTION = bs.SECTION_HEADER.size + 4  # header and crc32
+
+
+def smallest_file_bytes(sh_degree: int, frame: str = "scene", num_levels: int = 1) -> int:
+    """A lower bound of the size of any .pgms the encoder writes for a scene of ``sh_degree``
+    with a pyramid of ``num_levels`` levels: the bytes every file carries whatever its content
+    (sections, their headers, the fixed-size HEAD and XFRM payloads, one stream header per
+    stream). The coded stream contents come on top."""
+    if num_levels < 1:
+        raise ValueError(f"num_levels must be >= 1, got {num_levels}")
+    xfrm = XFRM.size + 4 * sum((2 * l + 1) ** 2 for l in range(1, sh_degree + 1)) if frame == "scene" else None
+    size = len(bs.pack_preamble()) + _SECTION + bs.HEAD.size
+    size += 0 if xfrm is None else _SECTION + xfrm
+    size += _SECTION + bs.STREAM_HEAD.size  # CBSR: the shape codebook's float stream
+    size += (num_levels - 1) * (_SECTION + _COARSE_STREAMS * bs.STREAM_HEAD.size)
+    size += _SECTION + _FINE_STREAMS * bs.STREAM_HEAD.size
+    return size + _SECTION  # END0
+
+
+def check_target(target_bytes: int | None, sh_degree: int, frame: str = "scene", num_levels: int = 1) -> None:
+    """Refuse a byte target no file can meet (:func:`smallest_file_bytes`) with one line that
+    names the smallest reachable size; ``None`` (a PSNR target) passes."""
+    if target_bytes is None:
+        return
+    least = smallest_file_bytes(sh_degree, frame, num_levels)
+    if target_bytes < least:
+        raise SceneError(f"a target of {target_bytes} bytes is below the smallest .pgms of this scene: every file "
+                         f"holds at least {least} bytes (header, frame, codebook, the top level's streams); "
+                         f"ask for a size of at least {least} bytes")
