@@ -157,3 +157,23 @@ def test_bad_unbundled_names_stay_in_their_folder(tmp_path):
         read_sog(tmp_path / "scene" / "meta.json")
     with pytest.raises(SceneError, match="no such file"):
         read_sog(tmp_path / "missing.sog")
+
+
+@pytest.mark.slow
+def test_large_scene_palette_is_a_sample_of_its_own_sh(tmp_path):
+    """Past PALETTE_TRAIN palette entries the writer keeps a seeded sample of the Gaussians' SH."""
+    from visionmoe.splat.formats.sog import PALETTE_TRAIN
+    from visionmoe.splat.io import GaussianScene
+
+    g = torch.Generator().manual_seed(0)
+    n = PALETTE_TRAIN + 200
+    scene = GaussianScene(means=torch.randn(n, 3, generator=g), quats=torch.randn(n, 4, generator=g),
+                          log_scales=torch.randn(n, 3, generator=g) - 4, opacity_logits=torch.randn(n, generator=g),
+                          sh_dc=torch.randn(n, 3, generator=g), sh_rest=0.1 * torch.randn(n, 3, 3, generator=g))
+    path = write_sog(scene, tmp_path / "big.sog")
+    meta = meta_of(path)
+    assert meta["shN"]["count"] == PALETTE_TRAIN == palette_size(n)
+    back = read_sog(path)
+    src = in_file_order(scene)
+    assert back.num_gaussians == n and ((back.sh_rest - src.sh_rest) ** 2).mean().sqrt() < 0.03
+    assert ((back.sh_dc - nearest(meta["sh0"]["codebook"], src.sh_dc)).abs() < 1e-5).all()
