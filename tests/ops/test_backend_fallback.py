@@ -158,7 +158,7 @@ def test_rasterize_without_the_extension_is_one_line_naming_torch_and_pip(no_ext
     with pytest.raises(ops.ExtensionNotBuiltError) as err:
         ops.rasterize(means, quats, torch.full((1, 3), -2.0), torch.zeros(1), torch.ones(1, 3), view, K, 16, 16)
     msg = str(err.value)
-    assert "\n" not in msg and "project_fwd has no pure-PyTorch path" in msg and CAUSE in msg
+    assert "\n" not in msg and "rendering (visionmoe.ops.rasterize) has no pure-PyTorch path" in msg and CAUSE in msg
     if BUILT_FOR is not None:
         assert f"built for torch {BUILT_FOR}" in msg and f"pip install torch=={BUILT_FOR}" in msg
     assert backend_warnings(caplog) == []  # the error line says it all: no warning before it

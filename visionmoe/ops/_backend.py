@@ -98,6 +98,9 @@ def extension():
     return module
 
 
+_RASTER_KERNELS = ("project", "sh", "rasterize")  # name prefixes of the rasteriser's kernels
+
+
 class _PyTorchKernels:
     """The kernel namespace while the extension cannot load: the routing kernels of
     :mod:`._torch_kernels`; any other kernel (rasterisation) raises with the advice."""
@@ -108,7 +111,8 @@ class _PyTorchKernels:
     def __getattr__(self, name: str):
         kernel = getattr(_torch_kernels, name, None) if not name.startswith("_") else None
         if kernel is None:
-            raise ExtensionNotBuiltError(f"{name} has no pure-PyTorch path and needs the compiled extension: "
+            what = "rendering (visionmoe.ops.rasterize)" if name.split("_")[0] in _RASTER_KERNELS else name
+            raise ExtensionNotBuiltError(f"{what} has no pure-PyTorch path and needs the compiled extension: "
                                          f"{explain(self.error)}")
         warn_fallback()
         return kernel
