@@ -132,3 +132,28 @@ def test_screenshot_replaces_with_w_a_new_file_under_the_umask(view_cli, pgms, t
     # a new file renamed over the old one (no temporary left), its mode from the umask
     assert out.stat().st_ino != old_inode and stat.S_IMODE(out.stat().st_mode) == 0o640
     assert sorted(p.name for p in tmp_path.iterdir()) == ["shot.png"]
+
+
+def test_a_failed_screenshot_leaves_the_output_as_it_was(view_cli, pgms, tmp_path, monkeypatch):
+    site = tmp_path / "site"
+    (site / "viewer").mkdir(parents=True)
+    (site / "viewer" / "index.html").write_text("<!doctype html>\n")
+    seen = {}
+
+    def half_written(cmd, shot, chromium, timeout, cwd):
+        seen["shot"] = shot
+        shot.write_bytes(b"\x89PNG half")
+        raise viewer_server.ViewerError("screenshot failed: viewer: WebGL context lost")
+
+    monkeypatch.setattr(viewer_server, "site_root", lambda: site)
+    monkeypatch.setattr(viewer_server, "check_npm_root", lambda root: site)
+    monkeypatch.setattr(viewer_server, "_node", lambda: "node")
+    monkeypatch.setattr(viewer_server, "find_chromium", lambda: "chromium")
+    monkeypatch.setattr(viewer_server, "_run_tool", half_written)
+    out = tmp_path / "out" / "shot.png"
+    out.parent.mkdir()
+    out.write_bytes(b"the previous picture")
+    one_error_line(view_cli(pgms, "--screenshot", out, "-w"), "WebGL context lost")
+    # the tool wrote a temporary file beside the output, which is gone; the output is untouched
+    assert seen["shot"].parent == out.parent and seen["shot"] != out
+    assert out.read_bytes() == b"the previous picture" and sorted(p.name for p in out.parent.iterdir()) == ["shot.png"]
