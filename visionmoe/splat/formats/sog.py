@@ -72,8 +72,7 @@ def _encode_webp(rgba: np.ndarray) -> bytes:
 
     buf = io.BytesIO()
     # exact: keep the RGB of transparent texels (an opacity of 0 is a texel with alpha 0)
-    Image.fromarray(np.ascontiguousarray(rgba), "RGBA").save(buf, "WEBP", lossless=True, exact=True, quality=75,
-                                                              method=4)
+    Image.fromarray(np.ascontiguousarray(rgba)).save(buf, "WEBP", lossless=True, exact=True, quality=75, method=4)
     return buf.getvalue()
 
 
@@ -98,14 +97,15 @@ def _texels(image: np.ndarray, n: int, name: str) -> np.ndarray:
     return flat[:n]
 
 
-def _texture(columns: list[np.ndarray], n: int, alpha=255) -> np.ndarray:
-    """RGBA texture holding ``columns`` (3 or 4 uint8 [n]) in its first ``n`` texels."""
+def _texture(columns: list[np.ndarray], n: int, alpha: np.ndarray | None = None) -> np.ndarray:
+    """RGBA texture [h, w, 4] holding ``columns`` (3 or 4 uint8 [n]) in its first ``n`` texels;
+    alpha is 255 unless a fourth column or ``alpha`` gives it."""
     w, h = texture_size(n)
     out = np.zeros((w * h, 4), np.uint8)
     out[:, 3] = 255
     for c, col in enumerate(columns):
         out[:n, c] = col
-    if len(columns) == 3 and not np.isscalar(alpha):
+    if alpha is not None:
         out[:n, 3] = alpha
     return out.reshape(h, w, 4)
 
