@@ -408,3 +408,24 @@ def test_each_branch_trains_on_each_branch_and_records_it(tmp_path, cache, pipe)
                                "rollout_steps": 1}), pipe=pipe)
     assert PILAAdapter.from_pretrained(res.adapter_dir).config.apply_to == "each_branch"
     assert all(torch.isfinite(torch.tensor(h["flow"])) for h in res.history)
+
+
+def test_law_term_acts_on_the_corrected_estimate_and_reaches_the_decoder(cache, pipe):
+    """w_law > 0: each labelled category's laws on x_t - sigma (v + s dv), non-zero on the
+    base's estimate, with a gradient that reaches the adapter's (zero-initialised) decoder."""
+    from visionmoe.video.training.losses import stage_losses
+
+    cache_dir, _ = cache
+    batch, adapter, uncond = _two_clips_small_adapter_and_empty_prompt(cache_dir, pipe)
+    kw = dict(stage=3, output_dir="unused", cache_dir=cache_dir, w_physics=0.0, **SMALL)
+    off = stage_losses(adapter, adapter, pipe, batch, TrainConfig(**kw), torch.Generator().manual_seed(3),
+                       torch.device("cpu"), uncond)
+    assert "law" not in off
+    on = stage_losses(adapter, adapter, pipe, batch, TrainConfig(w_law=1.0, **kw), torch.Generator().manual_seed(3),
+                      torch.device("cpu"), uncond)
+    assert float(on["law"].detach()) > 0
+    assert torch.isclose(on["total"], off["total"] + on["law"])
+    on["law"].backward()
+    assert adapter.decoder.weight.grad is not None and float(adapter.decoder.weight.grad.abs().sum()) > 0
+    with pytest.raises(ValueError, match="law_tolerance"):
+        TrainConfig(stage=3, output_dir="unused", cache_dir=cache_dir, law_tolerance=-1.0)

@@ -73,6 +73,10 @@ class TrainConfig:
     w_flow: float = 1.0
     w_motion: float = 0.0  # stage 3: temporal 1st/2nd differences of the flow error (see module doc)
     w_physics: float = 1.0  # stage 3: trajectory law on the corrected clean-latent estimate, through dv
+    # stage 3: each labelled category's own laws on the corrected estimate, through dv, hinged at
+    # law_tolerance (visionmoe.video.pila.law_residuals; 0 = off)
+    w_law: float = 0.0
+    law_tolerance: float = 0.0
     # stage 3: the velocity the correction is added to, as the pipeline applies it:
     # v_u + g (v_c - v_u) with g = flow_guidance (1 = the conditional velocity only)
     flow_guidance: float = 1.0
@@ -127,6 +131,8 @@ class TrainConfig:
             errs.append(f"rollout_prob must lie in [0, 1], got {self.rollout_prob}")
         if not self.flow_guidance >= 0:
             errs.append(f"flow_guidance must be >= 0, got {self.flow_guidance}")
+        if not self.law_tolerance >= 0:
+            errs.append(f"law_tolerance must be >= 0, got {self.law_tolerance}")
         if self.apply_to not in ("guided", "each_branch"):
             errs.append(f"apply_to must be 'guided' or 'each_branch', got {self.apply_to!r}")
         elif self.apply_to == "each_branch" and self.flow_guidance != 1.0:

@@ -9,11 +9,12 @@ from typing import Dict, Optional
 import torch
 import torch.nn.functional as F
 
+from ..pila.law_residuals import category_law_residuals, corrected_clean_latent
 from .backbone import backbone_velocity
 from .config import TrainConfig
 from .sampling import _shift, sample_sigmas
 
-__all__ = ["anchor_loss", "category_loss", "motion_loss", "physics_loss", "rollout", "stage_losses",
+__all__ = ["anchor_loss", "category_loss", "law_loss", "motion_loss", "physics_loss", "rollout", "stage_losses",
            "trajectory_residual"]
 
 
@@ -74,6 +75,16 @@ def physics_loss(x_t, pred, v_base, x0, sigma) -> tuple:
         r_data = trajectory_residual(x0)
         r_base = trajectory_residual(x_t - s * v_base)
     return F.relu(r - r_data).mean(), r_base.mean(), r_data.mean()
+
+
+def law_loss(x_t, pred, sigma, labels, tolerance: float = 0.0) -> torch.Tensor:
+    """Each labelled category's own laws (:mod:`visionmoe.video.pila.law_residuals`) on the
+    corrected clean-latent estimate ``x_t - sigma pred`` (``pred = v + s dv``), hinged at
+    ``tolerance``: differentiable through ``dv``, with the law, not the clip, as the reference.
+    Weighted by the labels, never by the routing mass, which the router could steer toward the
+    category whose law is easiest to meet."""
+    x0c = corrected_clean_latent(x_t, pred, torch.zeros_like(pred), sigma)
+    return category_law_residuals(x0c).loss(labels.float(), tolerance)
 
 
 def category_loss(mass: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -179,6 +190,9 @@ def stage_losses(adapter_fn, adapter, pipe, batch: Dict, cfg: TrainConfig, gen: 
             if cfg.w_physics > 0:
                 L["physics"], L["physics_base"], L["physics_data"] = physics_loss(x_t, pred, v_applied, x0, sigma)
                 total = total + cfg.w_physics * L["physics"]
+            if cfg.w_law > 0:
+                L["law"] = law_loss(x_t, pred, sigma, labels, cfg.law_tolerance)
+                total = total + cfg.w_law * L["law"]
             if cfg.w_motion > 0:
                 L["motion"] = motion_loss(pred, flow_target)
                 total = total + cfg.w_motion * L["motion"]
