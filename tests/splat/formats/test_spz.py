@@ -110,6 +110,7 @@ def _edits():
         ("streams", v4[:15] + bytes([7]) + v4[16:], "7 streams"),
         ("corrupt zstd", v4[:32 + 16 * 6] + bytes(len(v4) - 32 - 16 * 6), "corrupt .spz stream"),
         ("plain v3", payload, "must be gzip-compressed"),
+        ("no Gaussians", v4[:8] + struct.pack("<I", 0) + v4[12:], "empty .spz"),
     ]
 
 

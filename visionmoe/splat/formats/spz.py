@@ -265,6 +265,8 @@ def _check_header(name: str, magic: int, version: int, n: int, sh_degree: int, f
         raise SceneError(f"{name}: SH degree {sh_degree}; this reader supports degrees 0-3")
     if n > MAX_GAUSSIANS:
         raise SceneError(f"{name}: {n} Gaussians, more than the {MAX_GAUSSIANS} this reader accepts")
+    if n == 0:
+        raise SceneError(f"{name}: empty .spz file (no Gaussians)")
     if fractional_bits > 24:
         raise SceneError(f"{name}: {fractional_bits} fractional bits for 24-bit positions; corrupt header")
 
