@@ -7,8 +7,8 @@ Everything is generated here, seeded (nothing is stored in the repository):
 
 * ``source``: small format-5 encodes (SH degree 0-2, appearance codebook, per-primitive SH,
   value tables, with and without XFRM), decoded in full;
-* ``prefix``: every section boundary of each source (and a few bytes either side), decoded at
-  each level the prefix holds;
+* ``prefix``: every section and stream boundary of each source and the bytes either side,
+  decoded at each level the prefix holds;
 * ``mutant``: the seeded mutation fuzzer of the robustness tests (``tests/splat/hostile.py``:
   truncations, HEAD and stream fields set to extremes, bit flips, splices, child counts, body
   overwrites; CRCs recomputed on most);
@@ -101,7 +101,9 @@ def prefixes(src: dict[str, bytes]):
     for name, data in src.items():
         bounds = h.section_bounds(data)
         level_ends = [end for (start, end), sec in zip(bounds, h.parse(data)[1]) if sec.tag == "LEVL"]
-        cuts = sorted({max(0, min(len(data), b + d)) for _s, e in bounds for b in (e,) for d in (-2, -1, 0, 1)})
+        # every section and stream boundary and the bytes either side (two before a section's end)
+        cuts = sorted({max(0, min(len(data), e + d)) for _s, e in bounds for d in (-2, -1, 0, 1)}
+                      | {max(0, min(len(data), b + d)) for b in h._boundaries(data) for d in (-1, 0, 1)})
         for cut in cuts:
             held = sum(end <= cut for end in level_ends)
             for level in range(max(held, 1)):  # the levels the prefix holds (level 0 also when it holds none)
@@ -285,7 +287,7 @@ def scale_overflow_case() -> tuple[str, bytes, str]:
 # --------------------------------------------------------------------------- the corpus
 
 
-def build(out: Path, mutants: int = MUTANTS, seed: int = SEED, xfrm: int = 400, zstd: int = 300) -> dict:
+def build(out: Path, mutants: int = MUTANTS, seed: int = SEED, xfrm: int = 1200, zstd: int = 300) -> dict:
     """Write the corpus and its manifest into ``out`` -> the manifest (also DIR/manifest.json)."""
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
