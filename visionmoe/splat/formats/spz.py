@@ -77,14 +77,20 @@ class PackedSpz:
         return [np.ascontiguousarray(a).tobytes() for a in out]
 
 
+def _round(x: np.ndarray) -> np.ndarray:
+    """C's ``std::round`` (halves away from zero), exact for float32 values."""
+    x = np.asarray(x, np.float64)
+    return np.sign(x) * np.floor(np.abs(x) + 0.5)
+
+
 def _u8(x: np.ndarray) -> np.ndarray:
-    return np.clip(np.round(x), 0, 255).astype(np.uint8)
+    return np.clip(_round(x), 0, 255).astype(np.uint8)
 
 
 # ----------------------------------------------------------------------------- positions
 
 def _pack_positions(means: np.ndarray, fractional_bits: int) -> np.ndarray:
-    fixed = np.round(means * float(1 << fractional_bits)).astype(np.int64)
+    fixed = _round(means * np.float32(1 << fractional_bits)).astype(np.int64)
     fixed = np.clip(fixed, -(1 << 23), (1 << 23) - 1) & 0xFFFFFF
     return np.stack([(fixed >> s) & 0xFF for s in (0, 8, 16)], axis=-1).astype(np.uint8)
 
@@ -110,7 +116,8 @@ def _fractional_bits_for(means: np.ndarray) -> int:
 # ----------------------------------------------------------------------------- alpha, colour, scale
 
 def _pack_alpha(opacity_logits: np.ndarray) -> np.ndarray:
-    return _u8(255.0 / (1.0 + np.exp(-opacity_logits)))
+    one = np.float32(1.0)
+    return _u8(one / (one + np.exp(-opacity_logits)) * np.float32(255.0))
 
 
 def _unpack_alpha(a: np.ndarray) -> np.ndarray:
@@ -119,7 +126,7 @@ def _unpack_alpha(a: np.ndarray) -> np.ndarray:
 
 
 def _pack_color(dc: np.ndarray) -> np.ndarray:
-    return _u8(dc * (COLOR_SCALE * 255.0) + 0.5 * 255.0)
+    return _u8(dc * (np.float32(COLOR_SCALE) * np.float32(255.0)) + np.float32(0.5 * 255.0))
 
 
 def _unpack_color(c: np.ndarray) -> np.ndarray:
@@ -127,7 +134,7 @@ def _unpack_color(c: np.ndarray) -> np.ndarray:
 
 
 def _pack_scales(log_scales: np.ndarray) -> np.ndarray:
-    return _u8((log_scales + 10.0) * 16.0)
+    return _u8((log_scales + np.float32(10.0)) * np.float32(16.0))
 
 
 def _unpack_scales(s: np.ndarray) -> np.ndarray:
@@ -141,15 +148,15 @@ def _pack_rotations(quats_wxyz: np.ndarray) -> np.ndarray:
     positive, in the top 2 bits; the other three as sign + 9-bit magnitude / sqrt(1/2), the
     lowest index in the highest bits."""
     q = np.roll(quats_wxyz, -1, axis=1)  # x, y, z, w
-    norm = np.linalg.norm(q, axis=1, keepdims=True)
-    q = np.where(norm > 0, q / np.where(norm > 0, norm, 1.0), np.array([0.0, 0, 0, 1]))
+    norm = np.sqrt((q * q).sum(1, keepdims=True, dtype=np.float32))
+    q = np.where(norm > 0, q / np.where(norm > 0, norm, np.float32(1.0)), np.float32([0, 0, 0, 1])).astype(np.float32)
     largest = np.argmax(np.abs(q), axis=1)
-    q = q * np.where(q[np.arange(len(q)), largest] < 0, -1.0, 1.0)[:, None]
+    q = q * np.where(q[np.arange(len(q)), largest] < 0, np.float32(-1.0), np.float32(1.0))[:, None]
     mask = (1 << 9) - 1
     packed = np.zeros(len(q), dtype=np.uint32)
     for j in range(4):
         keep = largest != j
-        mag = np.clip(np.round(mask * np.abs(q[:, j]) / np.sqrt(0.5)), 0, mask).astype(np.uint32)
+        mag = np.clip(_round(np.float32(mask) * (np.abs(q[:, j]) / np.float32(np.sqrt(0.5)))), 0, mask).astype(np.uint32)
         comp = (packed << np.uint32(10)) | ((q[:, j] < 0).astype(np.uint32) << np.uint32(9)) | mag
         packed = np.where(keep, comp, packed)
     packed |= largest.astype(np.uint32) << np.uint32(30)
@@ -182,7 +189,7 @@ def _unpack_rotations(r: np.ndarray, version: int) -> np.ndarray:
 
 def _pack_sh(rest: np.ndarray) -> np.ndarray:
     """[N, K-1, 3] -> uint8, degree 1 on a grid of 2^5 steps and degrees 2-3 of 2^4."""
-    q = np.round(rest.astype(np.float64) * 128.0 + 128.0)
+    q = _round(rest * np.float32(128.0)) + 128.0
     bucket = np.full(rest.shape[1], 1 << (8 - SH_REST_BITS), dtype=np.float64)
     bucket[:3] = 1 << (8 - SH1_BITS)
     bucket = bucket[None, :, None]
@@ -211,17 +218,17 @@ def _convert_axes(scene: GaussianScene, axes: str) -> GaussianScene:
 def pack(scene: GaussianScene, *, antialiased: bool = False) -> PackedSpz:
     """Quantise a scene into ``.spz`` arrays (v3+ rotations)."""
     s = scene.to("cpu")
-    f64 = lambda t: t.detach().to(torch.float64).numpy()  # noqa: E731
-    means = f64(s.means)
+    f32 = lambda t: t.detach().to(torch.float32).numpy()  # noqa: E731  (the reference packer's float32 arithmetic)
+    means = f32(s.means)
     bits = _fractional_bits_for(means)
     if bits < MAX_FRACTIONAL_BITS:
         logger.info(".spz: positions reach %.4g; %d fractional bits (step %.3g)",
                     float(np.abs(means).max()), bits, 2.0 ** -bits)
     return PackedSpz(
         sh_degree=s.sh_degree, fractional_bits=bits, antialiased=antialiased,
-        positions=_pack_positions(means, bits), alphas=_pack_alpha(f64(s.opacity_logits)),
-        colors=_pack_color(f64(s.sh_dc)), scales=_pack_scales(f64(s.log_scales)),
-        rotations=_pack_rotations(f64(s.quats)), sh=_pack_sh(f64(s.sh_rest)),
+        positions=_pack_positions(means, bits), alphas=_pack_alpha(f32(s.opacity_logits)),
+        colors=_pack_color(f32(s.sh_dc)), scales=_pack_scales(f32(s.log_scales)),
+        rotations=_pack_rotations(f32(s.quats)), sh=_pack_sh(f32(s.sh_rest)),
     )
 
 
