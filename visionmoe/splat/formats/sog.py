@@ -14,10 +14,11 @@ texels wide (splat-transform's rule). Each encode rule sits next to its decode r
 | ``shN_labels`` | 16-bit palette entry of the Gaussian's SH bands above 0 (r low, g high) | ``shN.count``, ``shN.bands`` |
 | ``shN_centroids`` | the palette: 64 entries a row, one texel per coefficient, r/g/b = codebook index | ``shN.codebook`` |
 
-The writer orders Gaussians along splat-transform's Morton curve, fits the two 256-entry
-codebooks by optimal 1-D quantisation, and the SH palette by k-means (as many entries as Gaussians up to
-1024, then splat-transform's size rule up to 65536); the reader decodes as splat-transform does.
-Version 1 files (no ``version`` in meta.json) are refused with a clear error.
+The writer orders Gaussians along splat-transform's Morton curve, fits the 256-entry codebooks
+by optimal 1-D quantisation (a dynamic programme over a 1024-bin histogram), and the SH palette
+by k-means (one entry per Gaussian up to 1024, then splat-transform's size rule; from 32768
+entries on, a seeded sample of the Gaussians' own SH); the reader decodes as splat-transform
+does. Version 1 files (no ``version`` in meta.json) are refused with a clear error.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["MAX_GAUSSIANS", "is_sog_meta", "read_sog", "sog_bytes", "sog_files", "write_sog"]
 
-MAX_GAUSSIANS = 1 << 26  # a 16383 x 16383 WebP holds 2.7e8 texels; 6.7e7 Gaussians is already far past SOG's use
+MAX_GAUSSIANS = 1 << 26  # far past what one SOG file is used for (WebP itself stops at 16383 x 16383 texels)
 MAX_ENTRY_BYTES = 1 << 30  # refuse zip entries that would inflate past this
 CODEBOOK = 256
 PALETTE_TRAIN = 32768  # rows the SH palette's k-means trains on (a sample of larger scenes)
