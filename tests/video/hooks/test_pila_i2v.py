@@ -170,14 +170,14 @@ def test_i2v_trajectory_projection_runs_and_steps_zero_is_the_base(version):
     base = run_i2v(pipe)
     p = attach_trajectory_projection(pipe, steps=0)
     assert torch.equal(run_i2v(pipe), base) and p.calls == 0
-    p = attach_trajectory_projection(pipe, steps=1)
+    p = attach_trajectory_projection(pipe, steps=1, check_domain=False)  # a tiny random Wan draws noise
     out = run_i2v(pipe)
     assert p.calls == 1 and out.shape == base.shape and torch.isfinite(out).all()
     assert not torch.equal(out, base)  # the last step's clean estimate was re-drawn
     detach_trajectory_projection(pipe)
     assert torch.equal(run_i2v(pipe), base)
     video = run_i2v(pipe, output_type="pt")
-    p = attach_trajectory_projection(pipe, space="pixels")  # the decoded video; the latents stay the base's
+    p = attach_trajectory_projection(pipe, space="pixels", check_domain=False)  # the latents stay the base's
     assert torch.equal(run_i2v(pipe), base)
     out = run_i2v(pipe, output_type="pt")
     assert p.calls == 1 and out.shape == video.shape and not torch.equal(out, video)

@@ -55,7 +55,7 @@ def test_strength_zero_and_detach_are_the_base_pipeline(version):
     base = run(pipe)
     g = attach_trajectory_guidance(pipe, strength=0.0)
     assert torch.equal(run(pipe), base) and g.calls == 0
-    g = attach_trajectory_guidance(pipe, strength=0.5, min_sigma=0.0)
+    g = attach_trajectory_guidance(pipe, strength=0.5, min_sigma=0.0, check_domain=False)  # tiny Wan draws noise
     guided = run(pipe)
     assert g.calls == 3 and not torch.equal(guided, base)  # one VAE pass per step, shared by both branches
     detach_trajectory_guidance(pipe)

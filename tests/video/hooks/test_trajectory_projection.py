@@ -89,10 +89,11 @@ def test_projection_makes_a_jittery_ball_rigid_and_lawful():
 def test_a_ghost_beside_the_ball_neither_moves_its_track_nor_blends_its_template():
     """Two blobs that take turns at outshining each other: a centroid over the whole frame jumps
     between them, and a template aligned on it blends both with the background; the projection
-    follows one of them and keeps its colour."""
+    follows one of them and keeps its colour. (The domain check is off: it refuses a clip whose
+    second blob is strong in most frames, as in seed 0; tests/video/physics/test_domain.py.)"""
     for seed in range(3):
         clip = jittery_ball_clip(seed, ghost=True)
-        out, _ = project_clip(to_unit(clip))
+        out, _ = project_clip(to_unit(clip), check_domain=False)
         proj = to_u8(out)
         tr = M.guarded_track(proj)
         assert tr.frames_tracked == 17
@@ -149,7 +150,7 @@ def test_steps_zero_and_detach_are_the_base_pipeline(version):
     p = attach_trajectory_projection(pipe, steps=0)
     assert torch.equal(run(pipe), base) and p.calls == 0
     sigmas = []
-    p = attach_trajectory_projection(pipe, steps=2)
+    p = attach_trajectory_projection(pipe, steps=2, check_domain=False)  # a tiny random Wan draws noise
     apply = p.apply
     p.apply = lambda v, x, sigma: sigmas.append(sigma) or apply(v, x, sigma)
     projected = run(pipe)
@@ -170,7 +171,7 @@ def run_video(pipe, steps=3, callback=None):
 def test_pixels_project_the_decoded_video_and_leave_the_latents(version):
     pipe = load_tiny_wan(version)
     base_latents, base = run(pipe), run_video(pipe)
-    p = attach_trajectory_projection(pipe, space="pixels")
+    p = attach_trajectory_projection(pipe, space="pixels", check_domain=False)  # a tiny random Wan draws noise
     assert torch.equal(run(pipe), base_latents) and p.calls == 0  # output_type="latent": nothing decoded
     seen = []
 
@@ -190,7 +191,7 @@ def test_pixels_project_the_decoded_video_and_leave_the_latents(version):
         video = vae.decode(base_latents * std + mean, return_dict=False)[0]  # p is no longer armed
     assert p.calls == 1
     clamped = video.float().clamp(-1, 1)
-    projected, _ = project_clip(clamped[0].permute(1, 2, 3, 0).numpy())
+    projected, _ = project_clip(clamped[0].permute(1, 2, 3, 0).numpy(), check_domain=False)
     expected = video.float() + (torch.from_numpy(projected).permute(3, 0, 1, 2)[None] - clamped)
     expected = pipe.video_processor.postprocess_video(expected, output_type="pt")
     assert torch.allclose(out, expected, atol=1e-6) and not torch.equal(out, base)
@@ -217,7 +218,8 @@ def test_projection_through_the_toy_world_vae_lowers_the_jerk():
     video = torch.from_numpy(np.stack([to_unit(c) for c in clips])).permute(0, 4, 1, 2, 3)
     with torch.no_grad():
         x0 = (vae.encode(video).latent_dist.mean - mean) / std
-        x0p = proj.project(x0)
+        x0p, changed = proj.project(x0)
+    assert changed.all() and not proj.refused
 
     @torch.no_grad()
     def decode(x):

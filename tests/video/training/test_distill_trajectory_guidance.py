@@ -35,7 +35,11 @@ def test_recorder_samples_as_guidance_and_keeps_its_corrections(tmp_path, keep_t
     above = d["sigma"] > 0.4
     assert bool(above.any()) and bool((~above).any())
     norms = d["dv"].flatten(1).norm(dim=1)
-    assert bool((norms[above] > 0).all()) and bool((norms[~above] == 0).all())
+    assert bool((norms[~above] == 0).all())
+    # a guided step corrects every clip, except the noisiest estimates (the first steps), which
+    # show no moving object yet and which the guidance's domain check leaves alone
+    refused = (norms[above] == 0).view(-1, 2).any(1)
+    assert not refused.all() and bool((refused[1:] <= refused[:-1]).all()), norms
     assert d["text"].shape[0] == 2 and d["mask"].shape[0] == 2
 
     train = argparse.Namespace(work=str(tmp_path / "rec"), arm="plain", steps=3, batch=2, lr=1e-3, threads=1)

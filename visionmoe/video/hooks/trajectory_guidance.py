@@ -18,6 +18,14 @@ Measured on the toy world (``MODEL_CARD.md``): strength 0.05 with ``min_sigma`` 
 on noise seeds 660000+ and then scored once on held-out seeds. Cost: one VAE decode and its
 backward per guided step (about 8 s for 8 toy-world clips on two CPU cores).
 
+Its domain is the toy world's: one free body over a static background and camera. At each
+guided step every decoded clip is checked by
+:func:`visionmoe.video.physics.domain.single_free_body` (optical flow, connected components of the
+motion mask above the noise floor, the distance the body travels, its compactness; nothing of the
+law or of the soft track), and a clip outside it gets no correction (its velocity is left as it
+is), with one logged warning per clip and run: the soft track of two balls is a point between
+them, of a panning photo or of noise a drifting centroid. ``check_domain=False`` skips the check.
+
 ``attach_trajectory_guidance(pipe, strength, min_sigma)`` (or ``apply_trajectory_guidance(pipe,
 TrajectoryGuidanceConfig(...))``) registers a ``diffusers.hooks.ModelHook`` named
 ``"trajectory_guidance"`` on the Wan transformer(s); ``detach_trajectory_guidance(pipe)``
@@ -29,13 +37,14 @@ VAE and changes nothing. The soft track and the law residual are
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 from diffusers.hooks import ModelHook
 
 from ..physics.differentiable import law_residual, soft_track
+from ..physics.domain import single_free_body
 from ._common import (add_model_hook, denoisers, from_wan_latents, num_train_timesteps, pop_attachment,
                       remove_model_hook, set_attachment, wan_latent_stats)
 
@@ -55,8 +64,11 @@ class TrajectoryGuidanceConfig:
 
     strength: float = 0.05
     min_sigma: float = 0.4
+    check_domain: bool = True
 
     def __post_init__(self):
+        if not isinstance(self.check_domain, bool):
+            raise ValueError(f"check_domain must be True or False, got {self.check_domain!r}")
         if not (np.isfinite(self.strength) and self.strength >= 0):
             raise ValueError(f"strength must be a finite number >= 0, got {self.strength!r}")
         if not 0.0 <= self.min_sigma <= 1.0:
@@ -71,14 +83,37 @@ class TrajectoryGuidance:
     strength: float = 0.05
     min_sigma: float = 0.4
     num_train_timesteps: int = 1000
+    check_domain: bool = True
     calls: int = 0  # guided steps computed (for tests and logging)
     last_residual: float | None = None
+    refused: list = field(default_factory=list)  # why each clip left unguided at a step was outside the domain
 
     def __post_init__(self):
-        TrajectoryGuidanceConfig(self.strength, self.min_sigma)  # the checks
+        TrajectoryGuidanceConfig(self.strength, self.min_sigma, self.check_domain)  # the checks
         self._mean, self._std = wan_latent_stats(self.vae)
         self._key = None
         self._dv = None
+        self._warned = set()  # clips warned about in this run
+        self._last_sigma = float("inf")
+
+    def _in_domain(self, frames: torch.Tensor, sigma: float) -> list:
+        """Indices of the decoded clips ``frames`` [B, 3, F, H, W] in [-1, 1] inside the domain."""
+        if sigma > self._last_sigma:  # the noise level rose: a new run
+            self._warned.clear()
+        self._last_sigma = sigma
+        if not self.check_domain:
+            return list(range(frames.shape[0]))
+        keep = []
+        for b in range(frames.shape[0]):
+            check = single_free_body((frames[b].detach().permute(1, 2, 3, 0).cpu().numpy() + 1) / 2)
+            if check.in_domain:
+                keep.append(b)
+                continue
+            self.refused.append(check.reason)
+            if b not in self._warned:
+                self._warned.add(b)
+                logger.warning("trajectory guidance left clip %d unguided: %s", b, check.reason)
+        return keep
 
     def correction(self, x_t: torch.Tensor, v: torch.Tensor, sigma: float) -> torch.Tensor:
         """``dv`` for latents ``x_t`` and velocity ``v`` at noise level ``sigma``."""
@@ -86,16 +121,20 @@ class TrajectoryGuidance:
         x0 = (x_t - sigma * v).detach().float().requires_grad_(True)
         with torch.enable_grad():
             frames = self.vae.decode(from_wan_latents(x0, mean, std).to(self.vae.dtype), return_dict=False)[0]
-            y, x = soft_track(frames.float().clamp(-1, 1))
+            frames = frames.float().clamp(-1, 1)
+            keep = self._in_domain(frames, sigma)
+            if not keep:
+                return torch.zeros_like(v)
+            y, x = soft_track(frames[keep])
             loss = law_residual(y, x)
             if not loss.requires_grad:  # no trackable motion in any clip
                 return torch.zeros_like(v)
             (g,) = torch.autograd.grad(loss, x0)
         self.calls += 1
-        self.last_residual = float(loss)
+        self.last_residual = float(loss.detach())
         logger.debug("trajectory guidance at sigma %.3f: law residual %.4g", sigma, self.last_residual)
-        rms_v = v.float().pow(2).mean().sqrt()
-        return (self.strength * rms_v * g / (g.pow(2).mean().sqrt() + 1e-12)).to(v.dtype)
+        rms_v = v.float()[keep].pow(2).mean().sqrt()
+        return (self.strength * rms_v * g / (g[keep].pow(2).mean().sqrt() + 1e-12)).to(v.dtype)
 
     def apply(self, x_t: torch.Tensor, timestep, v: torch.Tensor) -> torch.Tensor:
         sigma = float(torch.as_tensor(timestep).reshape(-1)[0]) / self.num_train_timesteps
@@ -149,16 +188,18 @@ def apply_trajectory_guidance(pipe, config: TrajectoryGuidanceConfig | None = No
     if not models:
         raise ValueError(f"{type(pipe).__name__} has no `transformer` or `transformer_2`")
     remove_trajectory_guidance(pipe)
-    guidance = TrajectoryGuidance(vae, float(config.strength), float(config.min_sigma), num_train_timesteps(pipe))
+    guidance = TrajectoryGuidance(vae, float(config.strength), float(config.min_sigma), num_train_timesteps(pipe),
+                                  config.check_domain)
     for model in models:
         add_model_hook(model, TrajectoryGuidanceHook(guidance), HOOK_NAME)
     set_attachment(pipe, ATTRIBUTE, guidance)
     return guidance
 
 
-def attach_trajectory_guidance(pipe, strength: float = 0.05, min_sigma: float = 0.4) -> TrajectoryGuidance:
-    """:func:`apply_trajectory_guidance` with ``TrajectoryGuidanceConfig(strength, min_sigma)``."""
-    return apply_trajectory_guidance(pipe, TrajectoryGuidanceConfig(float(strength), float(min_sigma)))
+def attach_trajectory_guidance(pipe, strength: float = 0.05, min_sigma: float = 0.4,
+                               check_domain: bool = True) -> TrajectoryGuidance:
+    """:func:`apply_trajectory_guidance` with ``TrajectoryGuidanceConfig(strength, min_sigma, check_domain)``."""
+    return apply_trajectory_guidance(pipe, TrajectoryGuidanceConfig(float(strength), float(min_sigma), check_domain))
 
 
 def remove_trajectory_guidance(pipe) -> None:

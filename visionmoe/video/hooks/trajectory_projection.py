@@ -35,8 +35,13 @@ The tracking, the law's fit and the re-drawing of a clip are
 :func:`visionmoe.video.physics.rigid_body.project_clip`.
 
 It suits what the toy world shows: one object on a static background and camera. It is not a
-general video editor: several objects share one template, camera motion breaks the background
-median.
+general video editor: several objects would share one template, camera motion breaks the
+background median, sensor noise over a static scene would become an invented object, and a bob
+on its string would lose the string. So each decoded clip is first checked by
+:func:`visionmoe.video.physics.domain.single_free_body` (optical flow, connected components of the
+motion mask above the noise floor, the distance the body travels, its compactness: nothing of the
+law being enforced); a clip outside that domain is left exactly as it is, with one logged warning
+per clip and run (``check_domain=False`` skips the check).
 
 **Where the projected video goes** (``space``):
 
@@ -67,6 +72,7 @@ from typing import List, Tuple
 import numpy as np
 import torch
 
+from ..physics.domain import single_free_body
 from ..physics.laws import LAWS
 from ..physics.rigid_body import project_clip
 from ._common import from_wan_latents, pop_attachment, set_attachment, unwrap_methods, wan_latent_stats, wrap_method
@@ -88,8 +94,11 @@ class TrajectoryProjectionConfig:
     law: str = "gravity"
     strength: float = 1.0
     space: str = "latent"
+    check_domain: bool = True
 
     def __post_init__(self):
+        if not isinstance(self.check_domain, bool):
+            raise ValueError(f"check_domain must be True or False, got {self.check_domain!r}")
         if not (isinstance(self.steps, (int, np.integer)) and self.steps >= 0):
             raise ValueError(f"steps must be an integer >= 0, got {self.steps!r}")
         if self.space not in SPACES:
@@ -111,61 +120,97 @@ class TrajectoryProjection:
     law: str = "gravity"
     strength: float = 1.0
     space: str = "latent"
+    check_domain: bool = True
     calls: int = 0  # projected denoising steps or decoded videos (for tests and logging)
     shifts: List[float] = field(default_factory=list)  # RMS object shift per projected clip, px
+    refused: List[str] = field(default_factory=list)  # why each clip left unchanged was outside the domain
     armed: bool = False  # "pixels": the last step has run, the next decode is the output
     _wrappers: list = field(default_factory=list, repr=False)  # methods wrapped by attach (hooks._common)
 
     def __post_init__(self):
-        TrajectoryProjectionConfig(self.steps, self.law, self.strength, self.space)  # the checks
+        TrajectoryProjectionConfig(self.steps, self.law, self.strength, self.space, self.check_domain)  # the checks
         self._mean, self._std = wan_latent_stats(self.vae)
+        self._warned = set()  # clips warned about in this run
+
+    def new_run(self) -> None:
+        self._warned.clear()
+
+    def _outside_domain(self, b: int, clip: np.ndarray) -> bool:
+        """Whether clip ``b`` ([F, H, W, 3] in [-1, 1]) is outside the projection's domain (warned
+        once per clip and run)."""
+        if not self.check_domain:
+            return False
+        check = single_free_body((clip + 1) / 2)
+        if check.in_domain:
+            return False
+        self.refused.append(check.reason)
+        if b not in self._warned:
+            self._warned.add(b)
+            logger.warning("trajectory projection left clip %d unchanged: %s", b, check.reason)
+        return True
 
     @property
     def active(self) -> bool:
         return self.steps > 0
 
-    def _project_frames(self, frames: torch.Tensor) -> torch.Tensor:
-        """Projected copies of decoded videos ``[B, 3, F, H, W]`` in [-1, 1]."""
+    def _project_frames(self, frames: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Projected copies of decoded videos ``[B, 3, F, H, W]`` in [-1, 1], and which clips
+        changed ([B] bool: those outside the domain are copied as they are)."""
         out = frames.clone()
+        changed = torch.zeros(frames.shape[0], dtype=torch.bool)
         for b in range(frames.shape[0]):
             clip = frames[b].permute(1, 2, 3, 0).cpu().numpy()
-            proj, shift = project_clip(clip, self.law, self.strength)
+            if self._outside_domain(b, clip):
+                self.shifts.append(0.0)
+                continue
+            proj, shift = project_clip(clip, self.law, self.strength, check_domain=False)
             self.shifts.append(shift)
             out[b] = torch.from_numpy(proj).permute(3, 0, 1, 2).to(out)
-        return out
+            changed[b] = True
+        return out, changed
 
     @torch.no_grad()
     def project_video(self, video: torch.Tensor) -> torch.Tensor:
         """The pipeline's decoded ``video`` [B, 3, F, H, W] with its object projected (``"pixels"``);
         pixels the projection leaves alone keep their values, out-of-range ones included."""
+        self.new_run()  # one decoded video per run
         frames = video.float().clamp(-1, 1)
-        out = video.float() + (self._project_frames(frames) - frames)
+        out = video.float() + (self._project_frames(frames)[0] - frames)
         self.calls += 1
         logger.debug("trajectory projection of the decoded video: mean object shift %.2f px",
                      float(np.mean(self.shifts[-video.shape[0]:])))
         return out.to(video.dtype)
 
     @torch.no_grad()
-    def project(self, x0: torch.Tensor) -> torch.Tensor:
-        """Projected clean latents for normalised Wan latents ``x0`` [B, C, T, H, W]."""
+    def project(self, x0: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Projected clean latents for normalised Wan latents ``x0`` [B, C, T, H, W], and which
+        clips changed ([B] bool; the others are ``x0``'s own)."""
         if x0.shape[1] != self._mean.shape[1]:
             raise ValueError(f"latents have {x0.shape[1]} channels, the VAE {self._mean.shape[1]}")
         vae, dt = self.vae, self.vae.dtype
         mean, std = self._mean.to(x0.device), self._std.to(x0.device)
         frames = vae.decode(from_wan_latents(x0, mean, std).to(dt), return_dict=False)[0].float().clamp(-1, 1)
-        out = self._project_frames(frames)
-        e0 = vae.encode(frames.to(dt)).latent_dist.mean.float()
-        e1 = vae.encode(out.to(dt)).latent_dist.mean.float()
-        return x0 + (e1 - e0) / std
+        out, changed = self._project_frames(frames)
+        if not changed.any():
+            return x0, changed
+        changed = changed.to(x0.device)
+        e0 = vae.encode(frames[changed].to(dt)).latent_dist.mean.float()
+        e1 = vae.encode(out[changed].to(dt)).latent_dist.mean.float()
+        x0p = x0.clone()
+        x0p[changed] += (e1 - e0) / std
+        return x0p, changed
 
     def apply(self, model_output: torch.Tensor, sample: torch.Tensor, sigma: float) -> torch.Tensor:
-        """The velocity that makes the scheduler's clean estimate the projected one."""
+        """The velocity that makes the scheduler's clean estimate the projected one (the
+        velocity itself for clips left unchanged)."""
         x0 = sample.float() - sigma * model_output.float()
-        x0p = self.project(x0)
+        x0p, changed = self.project(x0)
         self.calls += 1
         logger.debug("trajectory projection at sigma %.3f: mean object shift %.2f px", sigma,
                      float(np.mean(self.shifts[-x0.shape[0]:])))
-        return ((sample.float() - x0p) / sigma).to(model_output.dtype)
+        projected = ((sample.float() - x0p) / sigma).to(model_output.dtype)
+        keep = changed.to(model_output.device).view(-1, *([1] * (model_output.dim() - 1)))
+        return torch.where(keep, projected, model_output)
 
 
 def _step_position(scheduler, timestep) -> Tuple[int, float]:
@@ -208,6 +253,7 @@ def _projected_step(proj: TrajectoryProjection, sched):
         last = i == len(sched.timesteps) - 1
         if i == 0:
             proj.armed = False  # a new run: a decode before its last step is not its output
+            proj.new_run()
         if proj.space == "latent" and i >= len(sched.timesteps) - proj.steps and sigma > 0:
             model_output = proj.apply(model_output, sample, sigma)
         result = original(model_output, timestep, sample, *args, **kwargs)
@@ -242,7 +288,8 @@ def apply_trajectory_projection(pipe, config: TrajectoryProjectionConfig | None 
     config = config or TrajectoryProjectionConfig()
     _check_pipeline(pipe)
     vae, sched = pipe.vae, pipe.scheduler
-    proj = TrajectoryProjection(vae, config.steps, config.law, float(config.strength), config.space)
+    proj = TrajectoryProjection(vae, config.steps, config.law, float(config.strength), config.space,
+                                config.check_domain)
     remove_trajectory_projection(pipe)
     wrap_method(sched, "step", _projected_step(proj, sched), proj._wrappers)
     if config.space == "pixels":
@@ -252,9 +299,11 @@ def apply_trajectory_projection(pipe, config: TrajectoryProjectionConfig | None 
 
 
 def attach_trajectory_projection(pipe, steps: int = 1, law: str = "gravity", strength: float = 1.0,
-                                 space: str = "latent") -> TrajectoryProjection:
-    """:func:`apply_trajectory_projection` with ``TrajectoryProjectionConfig(steps, law, strength, space)``."""
-    return apply_trajectory_projection(pipe, TrajectoryProjectionConfig(steps, law, float(strength), space))
+                                 space: str = "latent", check_domain: bool = True) -> TrajectoryProjection:
+    """:func:`apply_trajectory_projection` with ``TrajectoryProjectionConfig(steps, law, strength, space,
+    check_domain)``."""
+    return apply_trajectory_projection(pipe, TrajectoryProjectionConfig(steps, law, float(strength), space,
+                                                                         check_domain))
 
 
 def remove_trajectory_projection(pipe) -> None:

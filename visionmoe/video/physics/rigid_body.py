@@ -5,14 +5,18 @@ applies inside a pipeline.
 
 from __future__ import annotations
 
+import logging
 from typing import Optional, Tuple
 
 import numpy as np
 
+from .domain import single_free_body
 from .laws import fit_law_track
 from .tracking import opencv
 
 __all__ = ["object_centroids", "project_clip"]
+
+logger = logging.getLogger(__name__)
 
 
 def object_centroids(dev: np.ndarray, shown: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
@@ -62,7 +66,7 @@ def object_centroids(dev: np.ndarray, shown: np.ndarray) -> Tuple[np.ndarray, np
 
 
 def project_clip(frames: np.ndarray, law: str = "gravity", strength: float = 1.0, radius: Optional[int] = None,
-                 min_peak: float = 0.1, faint: float = 0.35) -> Tuple[np.ndarray, float]:
+                 min_peak: float = 0.1, faint: float = 0.35, check_domain: bool = True) -> Tuple[np.ndarray, float]:
     """Re-draw the moving object of one clip as a rigid template on the law's track.
 
     Args:
@@ -77,10 +81,14 @@ def project_clip(frames: np.ndarray, law: str = "gravity", strength: float = 1.0
             there all the same (a rigid body does not vanish): between two frames that show it
             at the track interpolated from them, before the first and after the last on the
             law's fit carried on (with ``strength`` 0, which has no law, those stay as drawn).
+        check_domain: first check that the clip shows one free body over a static background and
+            camera (:func:`.domain.single_free_body`); one outside that is returned unchanged,
+            with a logged warning.
 
     Returns:
         (projected frames, RMS shift of the object in pixels over the frames that show it);
-        unchanged frames and 0.0 when fewer than 5 frames show the object.
+        unchanged frames and 0.0 when fewer than 5 frames show the object or the clip is outside
+        the domain.
     """
     cv2 = opencv()
     f = np.asarray(frames, np.float32)
@@ -89,6 +97,11 @@ def project_clip(frames: np.ndarray, law: str = "gravity", strength: float = 1.0
     F, H, W, _ = f.shape
     if F < 5:
         return f, 0.0
+    if check_domain:
+        check = single_free_body(np.clip((f + 1) / 2, 0, 1))
+        if not check.in_domain:
+            logger.warning("rigid-body projection left the clip unchanged: %s", check.reason)
+            return f, 0.0
     bg = np.median(f, axis=0)
     dev = np.abs(f - bg).max(-1)
     peak = dev.reshape(F, -1).max(1)
