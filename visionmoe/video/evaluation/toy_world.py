@@ -115,6 +115,24 @@ def simulator_clips(items) -> List[np.ndarray]:
     return [generate_clip("bounce" if it[2] == "bounce" else "free_fall", 7_000_000 + i) for i, it in enumerate(items)]
 
 
+def caption_color(caption: str) -> Optional[str]:
+    """The palette colour a caption names (None if none)."""
+    from ..data.scenes import COLORS
+
+    return next((w for w in caption.lower().split() if w in COLORS), None)
+
+
+def _score_with_reference(clips: Dict[str, List[np.ndarray]], items, st: EvalSettings) -> Dict[str, List[Dict]]:
+    """Every arm's clips scored against the prompts' colours, and the simulator's reference clips
+    (added to ``clips``) against their own: the simulator draws its own colour."""
+    sim = simulator_clips(items)
+    clips["simulator (reference)"] = [c.frames for c in sim]
+    per_clip = {name: [score_clip(fr, it[1], st) for fr, it in zip(cl, items)] for name, cl in clips.items()
+                if name != "simulator (reference)"}
+    per_clip["simulator (reference)"] = [score_clip(c.frames, caption_color(c.caption), st) for c in sim]
+    return per_clip
+
+
 def evaluate_toy_world(arms: Optional[Sequence[Arm]] = None, *, model=None, num: int = 32,
                        seed_sets: Sequence[int] = (900_000,), steps: int = 20, guidance: float = 3.0, batch: int = 8,
                        device: str = "cpu", control: bool = True, keep_clips: bool = False,
@@ -184,8 +202,7 @@ def evaluate_toy_world(arms: Optional[Sequence[Arm]] = None, *, model=None, num:
             detach_pila(pipe)
             if arm.transformer is not None:
                 pipe.transformer.load_state_dict(base_state)
-    clips["simulator (reference)"] = [c.frames for c in simulator_clips(items)]
-    per_clip = {name: [score_clip(fr, it[1], st) for fr, it in zip(cl, items)] for name, cl in clips.items()}
+    per_clip = _score_with_reference(clips, items, st)
     summary = summarize(per_clip, "base", "simulator (reference)", st)
     def describe(v):
         return v if v is None or isinstance(v, str) else type(v).__name__
