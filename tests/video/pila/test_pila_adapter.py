@@ -148,3 +148,18 @@ def test_runs_under_bf16_autocast():
     reference = a(x, v, s).dv
     assert torch.isfinite(out.dv.float()).all()
     torch.testing.assert_close(out.dv.float(), reference, atol=0.05, rtol=0.1)
+
+
+def test_more_context_keeps_the_no_op_and_the_shipped_layout():
+    """context_blocks / clip_context widen what a token sees; the defaults are the shipped
+    architecture (same parameter names), and an untrained adapter stays an exact no-op."""
+    base = PILAAdapter(latent_channels=16, hidden_dim=16, slot_dim=4, expert_hidden=16)
+    wide = PILAAdapter(latent_channels=16, hidden_dim=16, slot_dim=4, expert_hidden=16, context_blocks=3,
+                       clip_context=True)
+    assert set(base.state_dict()) < set(wide.state_dict())
+    assert not any("more_context" in k or "clip_context" in k for k in base.state_dict())
+    x = torch.randn(2, 16, 3, 8, 8, generator=torch.Generator().manual_seed(0))
+    out = wide(x, torch.randn_like(x), torch.tensor([0.3, 0.9]))
+    assert torch.equal(out.dv, torch.zeros_like(x))
+    with pytest.raises(ValueError, match="context_blocks"):
+        PILAAdapter(latent_channels=16, hidden_dim=16, slot_dim=4, expert_hidden=16, context_blocks=0)

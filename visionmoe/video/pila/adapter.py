@@ -81,6 +81,10 @@ class PILAAdapter(ModelMixin, ConfigMixin):
             :mod:`visionmoe.video.hooks.pila`): ``"guided"`` (one ``dv`` from the conditional call, added to the
             guided velocity) or ``"each_branch"`` (every transformer call is corrected from its
             own velocity and text; guidance then combines the corrected branches).
+        context_blocks: depthwise 3-D convolution + MLP blocks over the token grid in the field
+            estimator (each widens the receptive field by one token each way; 1: the shipped one).
+        clip_context: add to every token a projection of the clip's mean token (a law relates
+            all frames of the clip).
     """
 
     config_name = "config.json"
@@ -105,6 +109,8 @@ class PILAAdapter(ModelMixin, ConfigMixin):
         single_expert: bool = False,
         plain_blocks: int = 4,
         apply_to: str = "guided",
+        context_blocks: int = 1,
+        clip_context: bool = False,
     ):
         super().__init__()
         if apply_to not in APPLY_TO:
@@ -121,7 +127,8 @@ class PILAAdapter(ModelMixin, ConfigMixin):
             return
         self.plain = None
         self.fields = FieldEstimator(latent_channels, patch_size, hidden_dim, slot_dim, flow_window=flow_window,
-                                     flow_reg=flow_reg, use_anchor=anchor)
+                                     flow_reg=flow_reg, use_anchor=anchor, context_blocks=context_blocks,
+                                     clip_context=clip_context)
         self.experts = PhysicsExperts(hidden_dim, slot_dim, expert_hidden, experts_per_category, top_k,
                                       single_expert=single_expert)
         self.text_classifier = TextCategoryClassifier(text_dim) if text_dim else None

@@ -75,6 +75,8 @@ ADAPTER_KEYS: dict[str, _Rule] = {
     "single_expert": _Rule(bool),
     "plain_blocks": _Rule(int, 1, 64),
     "apply_to": _Rule(str, choices=("guided", "each_branch")),
+    "context_blocks": _Rule(int, 1, 64),
+    "clip_context": _Rule(bool),
 }
 
 

@@ -170,8 +170,12 @@ class FieldEstimator(nn.Module):
         flow_window: int = 3,
         flow_reg: float = 1e-2,
         use_anchor: bool = True,
+        context_blocks: int = 1,
+        clip_context: bool = False,
     ):
         super().__init__()
+        if context_blocks < 1:
+            raise ValueError(f"context_blocks must be >= 1, got {context_blocks}")
         self.use_anchor = use_anchor  # False: ablation without the kinematic anchor (anchors read as zeros)
         self.latent_channels, self.patch_size = latent_channels, patch_size
         self.flow_window, self.flow_reg = flow_window, flow_reg
@@ -183,6 +187,12 @@ class FieldEstimator(nn.Module):
         self.norm = nn.LayerNorm(hidden_dim, elementwise_affine=False)
         self.context = nn.Conv3d(hidden_dim, hidden_dim, 3, padding=1, groups=hidden_dim)
         self.mix = _mlp(hidden_dim, hidden_dim, hidden_dim)
+        # more context (capacity): each block widens the receptive field by one token each way;
+        # the clip token carries what every token of the clip sees (a law relates all frames)
+        self.more_context = nn.ModuleList(
+            nn.ModuleDict({"conv": nn.Conv3d(hidden_dim, hidden_dim, 3, padding=1, groups=hidden_dim),
+                           "mlp": _mlp(hidden_dim, hidden_dim, hidden_dim)}) for _ in range(context_blocks - 1))
+        self.clip_context = nn.Linear(hidden_dim, hidden_dim) if clip_context else None
         n_anch = len(ANCHORED_SLOTS)
         self.anchored_heads = nn.Linear(hidden_dim, n_anch * slot_dim)
         derived = [s for s in SLOTS if s not in ANCHORED_SLOTS]
@@ -214,6 +224,12 @@ class FieldEstimator(nn.Module):
         hid = self.norm(hid) * (1 + scale.repeat_interleave(per_tok, 0)) + shift.repeat_interleave(per_tok, 0)
         hid = hid + from_grid(self.context(to_grid(hid, grid)))
         hid = hid + self.mix(F.gelu(hid))
+        for block in self.more_context:
+            hid = hid + from_grid(block["conv"](to_grid(hid, grid)))
+            hid = hid + block["mlp"](F.gelu(hid))
+        if self.clip_context is not None:
+            clip = hid.view(B, per_tok, -1).mean(1)
+            hid = hid + self.clip_context(clip).repeat_interleave(per_tok, 0)
         anch = self.anchored_heads(hid)
         derived = self.derived_heads(torch.cat([anch, hid], dim=-1))
         order = list(ANCHORED_SLOTS) + [s for s in SLOTS if s not in ANCHORED_SLOTS]

@@ -20,7 +20,8 @@ _SAVE_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": 
 
 
 _ADAPTER_KEYS = {"patch_size", "hidden_dim", "slot_dim", "expert_hidden", "experts_per_category", "top_k",
-                 "flow_window", "flow_reg", "kappa", "structure", "anchor", "single_expert", "plain_blocks"}
+                 "flow_window", "flow_reg", "kappa", "structure", "anchor", "single_expert", "plain_blocks",
+                 "context_blocks", "clip_context"}
 
 
 @dataclass
