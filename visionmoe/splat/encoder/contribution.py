@@ -64,6 +64,13 @@ def coverage_views(scene: GaussianScene, *, num_views: int = 16, size: int = 256
     return frame_cameras(frame, dirs, dist, size, size)
 
 
+# Floats of SH a full-colour render call may evaluate (views x Gaussians x coefficients): the
+# rasteriser's per-view buffers of a full-SH render are ~240 B per Gaussian at SH3 (measured at
+# 100k), so four views of a 6M-Gaussian SH3 scene at once held ~3.4 GB. Below this size the
+# views go four at a time as before; above, fewer (one view of 6M SH3 is 288M floats).
+_FULL_SH_FLOATS_PER_CALL = 1 << 27
+
+
 def image_contributions(scene: GaussianScene, cameras, *, device=None, views_per_batch: int = 4,
                         keep_colors: list[int] | None = None):
     """Per-Gaussian contribution [N] (float32, CPU), summed over the views of ``cameras``.
@@ -71,31 +78,46 @@ def image_contributions(scene: GaussianScene, cameras, *, device=None, views_per
     ``keep_colors``: view indices whose full-SH renders are also returned (on the render device,
     in that order), as ``(contributions, colors [len, H, W, 3])``: callers that compare with the
     scene's own renders on those views need not render them again."""
-    from ..render import render, resolve_device
+    from ..render import resolve_device
 
     dev = resolve_device(device)
-    # Contributions (alpha x transmittance) do not depend on colour: without kept colours render
-    # at SH degree 0, which skips the view-dependent SH evaluation and the [N, K, 3] SH copy.
-    s = (scene if keep_colors else replace(scene, sh_rest=scene.sh_rest[:, :0])).to(dev)
+    # Contributions (alpha x transmittance) do not depend on colour: only the kept views render
+    # the full SH; the others go at SH degree 0, which skips the view-dependent SH evaluation and
+    # the [N, K, 3] SH copy. A view renders the same alone as in a batch, and the batch's views
+    # are summed in float64 in view order as before: the same contributions bit for bit.
+    keep = set(keep_colors or ())
+    s0 = replace(scene, sh_rest=scene.sh_rest[:, :0]).to(dev)
+    s_full = scene.to(dev) if keep else None
+    per_call = max(1, min(views_per_batch, _FULL_SH_FLOATS_PER_CALL // max(1, scene.num_gaussians * scene.sh.shape[1] * 3)))
     total = torch.zeros(scene.num_gaussians, dtype=torch.float64, device=dev)
     C = len(cameras)
     kept = {}
     with torch.no_grad():
         for start in range(0, C, views_per_batch):
-            stop = min(start + views_per_batch, C)
-            out = render(s, _slice_cameras(cameras, start, stop), return_contributions=True)
-            total += out.contributions.double().sum(0)
-            for i in set(keep_colors or ()) & set(range(start, stop)):
-                kept[i] = out.colors[i - start].clone()
+            views = list(range(start, min(start + views_per_batch, C)))
+            contrib = {}
+            _render_views(s0, cameras, [v for v in views if v not in keep], len(views), contrib, None)
+            _render_views(s_full, cameras, [v for v in views if v in keep], per_call, contrib, kept)
+            total += torch.stack([contrib[v] for v in views]).double().sum(0)
     if keep_colors is None:
         return total.float().cpu()
     return total.float().cpu(), torch.stack([kept[i] for i in keep_colors]) if keep_colors else None
 
 
-def _slice_cameras(cameras, start: int, stop: int):
-    if start == 0 and stop == len(cameras):
-        return cameras
-    return cameras[start:stop]
+def _render_views(scene: GaussianScene | None, cameras, views: list[int], per_call: int, contrib: dict,
+                  colors: dict | None) -> None:
+    """Render ``views`` (consecutive runs of at most ``per_call``) into ``contrib`` (and ``colors``)."""
+    from ..render import render
+
+    for i in range(0, len(views), per_call):
+        group = views[i: i + per_call]
+        out = render(scene, cameras[group], return_contributions=True)
+        for j, v in enumerate(group):
+            contrib[v] = out.contributions[j]
+            if colors is not None:
+                colors[v] = out.colors[j].clone()
+        del out
+
 
 
 def prune(scene: GaussianScene, contributions: torch.Tensor, threshold: float = 1 / 255

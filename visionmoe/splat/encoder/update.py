@@ -54,7 +54,10 @@ def merge(scene: GaussianScene, weights: torch.Tensor, segment_ids: torch.Tensor
     # moments in float64: a merged primitive's thin axis survives (see covariance)
     mom = segment_moments(scene.means.double(), w, segment_ids, num_segments)
     wsum = mom.weight_sum.clamp_min(1e-300)
-    inner = torch.zeros(num_segments, 9, dtype=torch.float64).index_add_(0, segment_ids, cov.double().reshape(-1, 9) * w[:, None])
+    inner = torch.zeros(num_segments, 9, dtype=torch.float64)
+    for s in range(0, scene.num_gaussians, _CHUNK):  # chunked: the weighted [N, 9] float64 copy is 432 MB at 6M
+        blk = cov[s: s + _CHUNK].double().reshape(-1, 9) * w[s: s + _CHUNK, None]
+        inner.index_add_(0, segment_ids[s: s + _CHUNK], blk)
     merged_cov = mom.cov + (inner / wsum[:, None]).reshape(-1, 3, 3)
     quats, log_scales = decompose_covariance(merged_cov)
     k = scene.sh_rest.shape[1] + 1
