@@ -128,11 +128,16 @@ class RssSampler(threading.Thread):
             return int(f.read().split()[1]) * _PAGE
 
     def where(self) -> str:
-        frame = sys._current_frames().get(self.main)
-        if frame is None:
-            return ""
-        stack = [f for f in traceback.extract_stack(frame) if "visionmoe" in f.filename]
-        return " < ".join(f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in stack[::-1][:4])
+        """The encoder's innermost frames on the main thread, then on any other thread it runs
+        (the rung checks and the pruning search's variants run on helper threads)."""
+        parts = []
+        frames = sys._current_frames()
+        for ident in [self.main] + [i for i in frames if i not in (self.main, threading.get_ident())]:
+            frame = frames.get(ident)
+            stack = [] if frame is None else [f for f in traceback.extract_stack(frame) if "visionmoe" in f.filename]
+            if stack:
+                parts.append(" < ".join(f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in stack[::-1][:4]))
+        return " | ".join(parts)
 
     def segment(self, name: str) -> None:
         """Close a segment (the encode up to the end of stage ``name``): keep its peak and where."""
@@ -157,10 +162,11 @@ class StageLog:
     """Collects the encoder's ``stage NAME: S s`` log records with their end times (and closes
     the sampler's segment there)."""
 
-    def __init__(self, sampler: RssSampler):
+    def __init__(self, sampler: RssSampler, partial: Path | None = None):
         import logging
 
         self.ends: list[tuple[str, float, float]] = []  # (stage, start, end) on perf_counter's clock
+        self.t0 = time.perf_counter()
         outer = self
 
         class Handler(logging.Handler):
@@ -169,6 +175,10 @@ class StageLog:
                     now = time.perf_counter()
                     outer.ends.append((record.args[0], now - float(record.args[1]), now))
                     sampler.segment(record.args[0])
+                    if partial is not None:  # what a run stopped before its end still tells
+                        partial.write_text(json.dumps({"stages_done": [
+                            {"stage": n, "start_s": round(s - outer.t0, 2), "end_s": round(e - outer.t0, 2)}
+                            for n, s, e in outer.ends], "peaks": sampler.peaks}))
 
         log = logging.getLogger("visionmoe.splat.encoder")
         log.setLevel(logging.INFO)
@@ -194,7 +204,7 @@ def run_worker(ply: Path, ratio: float, out: Path, rss_limit: int) -> None:
     from visionmoe.splat.memory import KEEP_FREED_MEMORY_MAX_GAUSSIANS, keep_freed_memory
 
     sampler = RssSampler(limit=rss_limit)
-    log = StageLog(sampler)
+    log = StageLog(sampler, out.with_suffix(".partial.json"))
     sampler.start()
     t_read = time.perf_counter()
     scene = read_ply(ply)
