@@ -57,6 +57,8 @@ CASES = [
                  "ok"),
     pytest.param("far_3e38", lambda: _scene(means=_one_far(3e38)), "position"),
     pytest.param("far_1e15", lambda: _scene(means=_one_far(1e15)), "position"),
+    pytest.param("dc_1e38", lambda: _scene(sh_dc=lambda s: s.sh_dc.index_fill(0, torch.tensor([9]), 1e38)),
+                 "DC colour"),
     pytest.param("one_gaussian", lambda: _scene(n=1), "ok"),
     pytest.param("one_position", lambda: _scene(n=50, means=lambda s: torch.ones_like(s.means),
                                                 log_scales=lambda s: torch.full_like(s.log_scales, -3.0)), "ok"),

@@ -7,6 +7,9 @@ rate search, so every encode ends (a result or one error):
 * A coordinate beyond ``MAX_COORDINATE`` (1e7 scene units, float32 still resolves 1 unit there):
   refused with the count and the largest value; PGMS quantises positions relative to the scene's
   extent, and one point at 1e15 or 3e38 leaves no precision (or no float32 range) for the rest.
+* A DC colour coefficient beyond ``MAX_ABS_DC`` (``pgms.quantize.MAX_ABS_DC_TABLE``, 1e37): refused
+  with the count and the largest value; the decoders refuse DC tables past that bound (FORMAT.md,
+  "Finite values"), so the encoder must never write one.
 * Log-scales outside ``[MIN_LOG_SCALE, MAX_LOG_SCALE]`` = [-30, 30] (sizes 9e-14 to 1e13): clamped,
   counted in ``CompressResult.clamped_log_scales``. Below, a Gaussian is a point at any camera
   resolution (the rasteriser's 0.3 px low-pass sets its footprint); above, its covariance
@@ -30,6 +33,7 @@ import torch
 from ..io import GaussianScene, SceneError
 from ..pgms import bitstream as bs
 from ..pgms.file_transform import XFRM
+from ..pgms.quantize import MAX_ABS_DC_TABLE as MAX_ABS_DC
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +62,11 @@ def guard_input(scene: GaussianScene) -> GuardedScene:
         raise SceneError(f"{int(far.sum())} of {n} Gaussians lie beyond {MAX_COORDINATE:g} scene units from the "
                          f"origin (largest position coordinate {float(scene.means.abs().max()):.3g}); PGMS codes "
                          f"positions within +-{MAX_COORDINATE:g}: remove or crop them")
+    bright = scene.sh_dc.reshape(n, -1).abs().amax(1) > MAX_ABS_DC
+    if bool(bright.any()):
+        raise SceneError(f"{int(bright.sum())} of {n} Gaussians have DC colour coefficients beyond {MAX_ABS_DC:g} "
+                         f"(largest {float(scene.sh_dc.abs().max()):.3g}); .pgms codes colours within "
+                         f"+-{MAX_ABS_DC:g}: remove them")
     qn = scene.quats.norm(dim=1)
     if bool((qn < 1e-12).any()):
         raise SceneError(f"{int((qn < 1e-12).sum())} of {n} Gaussians have a zero rotation quaternion")
