@@ -144,3 +144,12 @@ def test_guidance_lowers_the_residual_an_independent_judge_measures():
     (res0, dist0), ((res1, dist1), own) = judge(x0), guide(1.0)
     assert res1 < res0 and dist1 < dist0 and own[-1] < 0.5 * own[0], (res0, res1, dist0, dist1, own)
     assert guide(-1.0)[0][0] > res0
+
+
+def test_guidance_corrects_the_inside_clip_of_a_mixed_batch_only():
+    x0 = as_latents([OUTSIDE["panning photo"](), falling_balls(2, 1, jitter=1.5)[0]])
+    g = TrajectoryGuidance(PixelVAE(), strength=0.05, min_sigma=0.0)
+    noise = torch.randn(x0.shape, generator=torch.Generator().manual_seed(0))
+    dv = g.correction(0.5 * x0 + 0.5 * noise, noise - x0, 0.5)
+    assert torch.equal(dv[0], torch.zeros_like(dv[0])) and float(dv[1].abs().max()) > 0
+    assert g.calls == 1 and len(g.refused) == 1 and g.refused[0].startswith("the camera moves")

@@ -134,7 +134,11 @@ class TrajectoryGuidance:
         self.last_residual = float(loss.detach())
         logger.debug("trajectory guidance at sigma %.3f: law residual %.4g", sigma, self.last_residual)
         rms_v = v.float()[keep].pow(2).mean().sqrt()
-        return (self.strength * rms_v * g / (g[keep].pow(2).mean().sqrt() + 1e-12)).to(v.dtype)
+        dv = self.strength * rms_v * g / (g[keep].pow(2).mean().sqrt() + 1e-12)
+        left = torch.ones(len(dv), dtype=torch.bool, device=dv.device)
+        left[keep] = False
+        dv[left] = 0  # the clips outside the domain get exactly nothing
+        return dv.to(v.dtype)
 
     def apply(self, x_t: torch.Tensor, timestep, v: torch.Tensor) -> torch.Tensor:
         sigma = float(torch.as_tensor(timestep).reshape(-1)[0]) / self.num_train_timesteps
