@@ -1,8 +1,9 @@
 """When visionmoe._C cannot load (built for another torch, or CUDA libraries missing): one logged
-warning naming the cause and the torch to install; the routing ops run on the pure-PyTorch
-kernels with the compiled kernels' results and gradients; the rANS coder reports itself
-unavailable (its numpy loops take over); the rasteriser raises one line naming the torch the
-extension was built for and the pip command. The load failure is simulated."""
+warning naming the cause and the torch to install; the routing ops and the rasteriser run on the
+pure-PyTorch kernels with the compiled kernels' results and gradients; the rANS coder reports
+itself unavailable (its numpy loops take over); a kernel with no pure-PyTorch path would raise
+one line naming the torch the extension was built for and the pip command. The load failure is
+simulated."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ import torch
 
 from visionmoe import ops
 from visionmoe.ops import _backend
-from visionmoe.ops import _torch_kernels as tk
 from visionmoe.ops import rans as compiled_rans
 
 CAUSE = "libc10_cuda.so: cannot open shared object file: No such file or directory"
@@ -148,17 +148,67 @@ def test_fallback_edge_cases(no_extension):
     assert index.shape == (0,) and dist.shape == (0,)
 
 
-def test_rasterize_without_the_extension_is_one_line_naming_torch_and_pip(no_extension, caplog):
+def raster_scene(n=120, degree=1, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    params = [torch.randn(n, 3, generator=g) * 0.6, torch.randn(n, 4, generator=g),
+              torch.randn(n, 3, generator=g) * 0.3 - 2.3, torch.randn(n, generator=g),
+              torch.randn(n, (degree + 1) ** 2, 3, generator=g) * 0.3 if degree is not None else torch.rand(n, 3, generator=g)]
+    params[0][:3] = torch.tensor([[0.0, 0.0, -5.0], [float("nan"), 0.0, 0.0], [9.0, 9.0, 0.0]])  # behind, NaN, off screen
+    view = torch.eye(4).repeat(2, 1, 1)
+    view[:, 2, 3] = 3.0
+    view[1, 0, 3] = 0.4
+    K = torch.tensor([[40.0, 0, 24], [0, 40.0, 17], [0, 0, 1]]).repeat(2, 1, 1)
+    return [p.to(dtype) for p in params], view.to(dtype), K.to(dtype)
+
+
+def render_with_grads(params, view, K, degree, width=48, height=35):
+    leaves = [p.clone().requires_grad_() for p in params]
+    out = ops.rasterize(*leaves, view, K, width, height, sh_degree=degree, return_contributions=True,
+                        background=torch.tensor([0.1, 0.2, 0.3], dtype=view.dtype))
+    cot = torch.randn(out.colors.shape, generator=torch.Generator().manual_seed(5), dtype=view.dtype)
+    ((out.colors * cot).sum() + out.alpha.sum() + 0.1 * out.depth.sum()).backward()
+    return out, [torch.nan_to_num(p.grad) for p in leaves]
+
+
+@needs_compiled
+@pytest.mark.parametrize("degree", [None, 0, 1, 3])
+def test_rasterize_matches_the_compiled_kernels(degree, monkeypatch):
+    params, view, K = raster_scene(degree=degree, seed=degree or 0)
+    compiled, compiled_grads = render_with_grads(params, view, K, degree)
+    _backend._load.cache_clear()
+    _backend.warn_fallback.cache_clear()
+    monkeypatch.setattr(_backend, "_import_extension", lambda: (_ for _ in ()).throw(ImportError(CAUSE)))
+    try:
+        assert isinstance(_backend.kernels(torch.device("cpu")), _backend._PyTorchKernels)
+        fallback, fallback_grads = render_with_grads(params, view, K, degree)
+    finally:
+        monkeypatch.undo()
+        _backend._load.cache_clear()
+        _backend.warn_fallback.cache_clear()
+    for name in ("colors", "alpha", "depth", "contributions"):
+        torch.testing.assert_close(getattr(fallback, name), getattr(compiled, name), atol=2e-4, rtol=1e-4)
+    assert torch.equal(fallback.pixel_counts, compiled.pixel_counts)
+    for a, b in zip(fallback_grads, compiled_grads):
+        torch.testing.assert_close(a, b, atol=1e-3, rtol=1e-3)
+
+
+def test_rasterize_fallback_on_empty_scenes_and_views(no_extension):
+    # gradients: test_rasterize_matches_the_compiled_kernels (the compiled ones pass gradcheck in test_raster)
+    _params, view, K = raster_scene()
+    empty = ops.rasterize(torch.zeros(0, 3), torch.zeros(0, 4), torch.zeros(0, 3), torch.zeros(0), torch.zeros(0, 3),
+                          view[:1], K[:1], 20, 16, return_contributions=True)
+    assert empty.colors.abs().sum() == 0 and empty.alpha.abs().sum() == 0 and empty.contributions.shape == (1, 0)
+    params, _view, _K = raster_scene(n=5, degree=None)
+    none = ops.rasterize(*params, view[:0], K[:0], 20, 16, return_contributions=True)
+    assert none.colors.shape == (0, 16, 20, 3) and none.contributions.shape == (0, 5)
+
+
+def test_a_kernel_without_a_pure_pytorch_path_is_one_line_naming_torch_and_pip(no_extension, caplog):
     caplog.set_level(logging.WARNING, logger=_backend.logger.name)
-    means = torch.zeros(1, 3)
-    quats = torch.tensor([[1.0, 0, 0, 0]])
-    K = torch.tensor([[[20.0, 0, 8], [0, 20.0, 8], [0, 0, 1]]])
-    view = torch.eye(4).unsqueeze(0)
-    view[0, 2, 3] = 3.0
     with pytest.raises(ops.ExtensionNotBuiltError) as err:
-        ops.rasterize(means, quats, torch.full((1, 3), -2.0), torch.zeros(1), torch.ones(1, 3), view, K, 16, 16)
+        _backend.kernels(torch.device("cpu")).no_such_kernel
     msg = str(err.value)
-    assert "\n" not in msg and "rendering (visionmoe.ops.rasterize) has no pure-PyTorch path" in msg and CAUSE in msg
+    assert "\n" not in msg and "no_such_kernel has no pure-PyTorch path" in msg and CAUSE in msg
     if BUILT_FOR is not None:
         assert f"built for torch {BUILT_FOR}" in msg and f"pip install torch=={BUILT_FOR}" in msg
     assert backend_warnings(caplog) == []  # the error line says it all: no warning before it
@@ -183,7 +233,9 @@ def test_the_build_torch_is_read_from_the_extension_file(tmp_path):
     assert _backend.built_for(tmp_path / "missing.so") == (None, False)
 
 
-def test_the_kernel_namespace_has_every_routing_kernel():
+def test_the_kernel_namespace_has_every_kernel(no_extension):
+    space = _backend.kernels(torch.device("cpu"))
     for name in ("topk_route_fwd", "topk_route_bwd", "routing_plan", "dispatch_fwd", "combine_fwd", "combine_bwd",
-                 "nearest_center_fwd", "segment_moments_fwd", "segment_moments_bwd"):
-        assert callable(getattr(tk, name)), name
+                 "nearest_center_fwd", "segment_moments_fwd", "segment_moments_bwd", "project_fwd", "project_bwd",
+                 "sh_fwd", "sh_bwd", "rasterize_fwd", "rasterize_bwd"):
+        assert callable(getattr(space, name)), name

@@ -2,10 +2,10 @@
 
 The extension is loaded lazily, once. It links against the torch it was built with (torch's
 C++ ABI changes between releases; a CUDA build also needs ``libc10_cuda.so``), so under another
-torch it may not load. Then the routing ops run on the pure-PyTorch kernels of
-:mod:`visionmoe.ops._torch_kernels` and the rANS coder on its numpy loops, slower, after one
-logged warning that names the cause and the torch to install; the rasteriser has no practical
-pure-PyTorch path and raises :class:`ExtensionNotBuiltError` with the same advice.
+torch it may not load. Then every op runs on pure PyTorch (the routing kernels of
+:mod:`visionmoe.ops._torch_kernels`, the rasteriser's of :mod:`visionmoe.ops._torch_raster`) and
+the rANS coder on its numpy loops, slower, after one logged warning that names the cause and the
+torch to install.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from . import _torch_kernels
+from . import _torch_kernels, _torch_raster
 
 logger = logging.getLogger(__name__)
 
@@ -87,8 +87,8 @@ def _load() -> tuple[Any | None, str | None]:
 def warn_fallback() -> None:
     """Log, once, that an op runs on its pure-PyTorch/numpy path because the extension cannot load
     (only when a fallback is used: an op that has none raises the same advice as its error line)."""
-    logger.warning("%s. Until then the routing ops and the rANS coder run on their slower pure-PyTorch and "
-                   "numpy paths, and rendering is unavailable", explain(_load()[1] or ""))
+    logger.warning("%s. Until then every op runs on its pure-PyTorch or numpy path: rendering and "
+                   "compression are many times slower", explain(_load()[1] or ""))
 
 
 def extension():
@@ -98,21 +98,19 @@ def extension():
     return module
 
 
-_RASTER_KERNELS = ("project", "sh", "rasterize")  # name prefixes of the rasteriser's kernels
-
-
 class _PyTorchKernels:
-    """The kernel namespace while the extension cannot load: the routing kernels of
-    :mod:`._torch_kernels`; any other kernel (rasterisation) raises with the advice."""
+    """The kernel namespace while the extension cannot load: the kernels of :mod:`._torch_kernels`
+    (routing) and :mod:`._torch_raster` (rasterisation); a name neither has raises with the advice."""
 
     def __init__(self, error: str):
         self.error = error
 
     def __getattr__(self, name: str):
-        kernel = getattr(_torch_kernels, name, None) if not name.startswith("_") else None
+        kernel = None
+        if not name.startswith("_"):
+            kernel = getattr(_torch_kernels, name, None) or getattr(_torch_raster, name, None)
         if kernel is None:
-            what = "rendering (visionmoe.ops.rasterize)" if name.split("_")[0] in _RASTER_KERNELS else name
-            raise ExtensionNotBuiltError(f"{what} has no pure-PyTorch path and needs the compiled extension: "
+            raise ExtensionNotBuiltError(f"{name} has no pure-PyTorch path and needs the compiled extension: "
                                          f"{explain(self.error)}")
         warn_fallback()
         return kernel
@@ -120,7 +118,7 @@ class _PyTorchKernels:
 
 def kernels(device: torch.device):
     """The kernel namespace (``_C.cpu`` or ``_C.cuda``) for tensors on ``device``; the pure-PyTorch
-    routing kernels when the extension cannot load."""
+    kernels when the extension cannot load."""
     module, error = _load()
     if module is None:
         return _PyTorchKernels(error or "")

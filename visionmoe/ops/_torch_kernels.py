@@ -1,8 +1,7 @@
 """The routing kernels of ``visionmoe._C`` in pure PyTorch, with the same names, arguments and
 results (csrc/routing/routing.h), on any device: what :mod:`visionmoe.ops._backend` hands out
 when the extension cannot load, so that the routing ops keep working (slower) under a torch the
-extension was not built for. Rasterisation kernels have no counterpart here: the reference
-rasteriser is dense (pixels x Gaussians), usable only at test sizes.
+extension was not built for (the rasteriser's kernels: :mod:`visionmoe.ops._torch_raster`).
 
 The forward kernels follow ``_torch_ref`` (the tests' oracle, written at the level of the public
 functions); the backward kernels are the analytic adjoints, or autograd through the forward
@@ -92,9 +91,11 @@ def nearest_center_fwd(points: torch.Tensor, centers: torch.Tensor, chunk: int):
     arg-min, the winner's distance recomputed from exact differences."""
     if points.shape[0] == 0:
         return torch.zeros(0, dtype=torch.int64, device=points.device), points.new_zeros(0)
-    c2 = centers.pow(2).sum(dim=1)
-    index = torch.cat([(c2 - 2 * block @ centers.T).argmin(dim=1) for block in points.split(max(1, int(chunk)))])
-    return index, (points - centers[index]).pow(2).sum(dim=1)
+    acc = torch.promote_types(points.dtype, torch.float32)  # half types: scores in float32
+    p, c = points.to(acc), centers.to(acc)
+    c2 = c.pow(2).sum(dim=1)
+    index = torch.cat([(c2 - 2 * block @ c.T).argmin(dim=1) for block in p.split(max(1, int(chunk)))])
+    return index, (p - c[index]).pow(2).sum(dim=1).to(points.dtype)
 
 
 def segment_moments_fwd(x: torch.Tensor, weights: torch.Tensor, segment_ids: torch.Tensor, num_segments: int):
