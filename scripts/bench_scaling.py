@@ -283,7 +283,8 @@ def table(rows: list[dict], fitted: dict) -> str:
         if not r.get("encode_s"):
             lines.append(f"| {r['sh_degree']} | {label(r['gaussians'])} | | {r.get('error', 'failed')} | | |")
             continue
-        st = ", ".join(f"{s['stage']} {s['seconds']:.1f} ({(s['peak_rss'] or 0) / 1e9:.2f})" for s in r["stages"])
+        st = ", ".join(f"{s['stage']} {s['seconds']:.1f}" + (f" ({s['peak_rss'] / 1e9:.2f})" if s["peak_rss"] else "")
+                       for s in r["stages"] if s["seconds"] >= 0.05)
         lines.append(f"| {r['sh_degree']} | {label(r['gaussians'])} | {r['kept']} | {r['encode_s']:.1f} | "
                      f"{r['peak_rss'] / 1e9:.2f} | {st} |")
     for sh, f in fitted.items():
@@ -305,24 +306,39 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(12, 4.8))
-    colors = {}
+    colors, labelled = {}, set()
+
+    def once(text):
+        if text in labelled:
+            return None
+        labelled.add(text)
+        return text
+
     for sh, ls in ((0, "-"), (3, "--")):
         done = sorted((r for r in rows if r["sh_degree"] == sh and r.get("encode_s")), key=lambda r: r["gaussians"])
+        stopped = [r for r in rows if r["sh_degree"] == sh and not r.get("encode_s") and r.get("peak_rss")]
+        for r in stopped:  # a run stopped at the RSS limit: how far it got
+            ax_m.plot([r["gaussians"]], [r["peak_rss"] / 1e9], "x", ms=9, color="tab:red",
+                      label=once("stopped at the RSS limit"))
         if not done:
             continue
-        ns = [r["gaussians"] for r in done]
         names = []
         for r in done:
             names += [s["stage"] for s in r["stages"] if s["stage"] not in names]
         for name in names:
-            secs = [sum(s["seconds"] for s in r["stages"] if s["stage"] == name) for r in done]
-            if max(secs) < 0.5:
+            pts = [(r["gaussians"], sum(s["seconds"] for s in r["stages"] if s["stage"] == name)) for r in done]
+            pts = [(n, t) for n, t in pts if t >= 0.5]  # a stage that did not run (refine above 150k primitives)
+            if not pts:
                 continue
-            line, = ax_t.plot(ns, secs, ls, marker="o", ms=3, color=colors.get(name),
-                              label=name if name not in colors else None)
+            line, = ax_t.plot(*zip(*pts), ls, marker="o", ms=3, color=colors.get(name), label=once(name))
             colors[name] = line.get_color()
-        ax_t.plot(ns, [r["encode_s"] for r in done], ls, color="k", lw=2, label="total" if sh == 0 else None)
-        ax_m.plot(ns, [r["peak_rss"] / 1e9 for r in done], ls, marker="o", color="k", label=f"peak RSS, SH{sh}")
+            peaks = [(r["gaussians"], max((s["peak_rss"] or 0) for s in r["stages"] if s["stage"] == name) / 1e9)
+                     for r in done if any(s["stage"] == name and s["peak_rss"] for s in r["stages"])]
+            if name in ("check + cut", "prune search", "contributions", "pyramid") and peaks:
+                ax_m.plot(*zip(*peaks), ls, lw=1, color=colors[name], label=once(f"{name} peak"))
+        ns = [r["gaussians"] for r in done]
+        ax_t.plot(ns, [r["encode_s"] for r in done], ls, color="k", lw=2, label=once("total"))
+        ax_m.plot(ns, [r["peak_rss"] / 1e9 for r in done], ls, marker="o", color="k", lw=2, label=f"peak RSS, SH{sh}")
         ax_m.plot(ns, [r["rss_loaded"] / 1e9 for r in done], ls, marker=".", color="tab:gray",
                   label=f"RSS with the scene loaded, SH{sh}")
     ax_m.axhline(16, color="tab:red", lw=1, ls=":", label="16 GB")
@@ -331,10 +347,10 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
         ax.set_xlabel("Gaussians (solid SH0, dashed SH3)")
         ax.grid(True, which="both", alpha=0.3)
     ax_t.set_yscale("log")
-    ax_t.set_ylabel("seconds")
+    ax_t.set_ylabel("seconds (wall, shared busy cores)")
     ax_t.set_title("encode time per stage", fontsize=10)
     ax_m.set_ylabel("GB")
-    ax_m.set_title("peak RSS of the encoding process", fontsize=10)
+    ax_m.set_title("peak RSS of the encoding process (total and per stage)", fontsize=10)
     ax_t.legend(fontsize=7)
     ax_m.legend(fontsize=7)
     fig.suptitle(title, fontsize=10)
