@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ...common.cli import CLIError
 from ...common.validators import nonnegative_int, positive_int
-from ..memory import KEEP_FREED_MEMORY_MAX_GAUSSIANS, keep_freed_memory
+from ..memory import KEEP_FREED_MEMORY_MAX_GAUSSIANS, check_encode_memory, keep_freed_memory
 from ._common import EncodeProgress, add_output_options, plan_outputs, progress_over, read_scene
 
 __all__ = ["PGMS_SUBCOMMANDS"]
@@ -171,6 +171,9 @@ def add_compress_parser(subparsers) -> None:
     add_output_options(p, "output .pgms path; with several inputs, a folder (NAME.pgms per input)")
     _add_target(p)
     p.add_argument("--drop-nonfinite", action="store_true", help="drop Gaussians with NaN/Inf values instead of failing")
+    p.add_argument("--max-memory", type=_size, default=None, metavar="BYTES",
+                   help="memory the encode may use (suffixes k, M, G; default this machine's memory): a scene whose "
+                        "estimated peak is larger is refused before any work")
     p.set_defaults(func=cmd_compress)
 
 
@@ -181,6 +184,7 @@ def cmd_compress(args) -> int:
     resolve_device(args.device)  # a bad --device fails before the scene is read
     for inp, out in progress_over(pairs, args.quiet, "compress"):
         scene = read_scene(inp, args.drop_nonfinite)
+        check_encode_memory(scene.num_gaussians, scene.sh_degree, args.max_memory)  # one line when it cannot fit
         if scene.num_gaussians <= KEEP_FREED_MEMORY_MAX_GAUSSIANS:
             keep_freed_memory()
         t = time.perf_counter()
