@@ -7,11 +7,17 @@
 2. MoE route + dispatch + combine, forward + backward. Baseline: the pure-PyTorch path on the
    same GPU (visionmoe.ops._torch_ref).
 3. nearest_center. Baseline: torch.cdist + argmin on the same GPU.
-4. Optionally (--pgms SCENE ...), PGMS encodes on the GPU with their time per stage.
+4. Optionally (--pgms SCENE ...), PGMS encodes of each scene on the CPU (the baseline, every
+   core) and on the GPU, same options, in one run: encode wall and CPU seconds (medians over
+   --pgms-repeats), bytes, whether the two files are byte-identical, held-out PSNR of each
+   (visionmoe.splat.evaluation.heldout_cameras, scored on the GPU) and the time per stage.
+   ``--encode-only`` skips 1-3.
 
 Every CUDA result is also compared with its CPU twin (max abs difference), so a run doubles
 as a correctness check on real sizes. Medians over repeats, torch.cuda.synchronize() around
 each timed call. Usage: python scripts/bench_cuda.py [--playbot PATH.ply[.xz]] [--repeats 10] [--pgms SCENE.ply[.xz] ...]
+       python scripts/bench_cuda.py --encode-only --pgms ../shared/scenes/guitar.ply.xz \
+           ../shared/scenes/academic_tarot_cards.ply.xz --pgms-effort default --pgms-repeats 3
 """
 
 from __future__ import annotations
@@ -166,17 +172,52 @@ def bench_nearest(repeats: int, points: int = 4_000_000, centers: int = 4096, di
     print(f"  same nearest centre as cdist for {agree * 100:.3f}% of points (ties and float rounding differ)")
 
 
-def bench_pgms(paths: list[Path], ratio: float) -> None:
-    """PGMS encode on the GPU, stage by stage: the renders run there, the codec on the CPU."""
+def _encode_once(scene: GaussianScene, device: str, ratio: float, effort: str):
+    """One encode on ``device``: -> (result, wall s, CPU s of this process)."""
     from visionmoe.splat import compress
 
-    print(f"\n| scene | PGMS {ratio:g}x on the GPU: bytes | encode (s) | seconds per stage |\n|---|---|---|---|")
+    if device == "cuda":
+        torch.cuda.synchronize()
+    wall, cpu = time.perf_counter(), time.process_time()
+    res = compress(scene, ratio=ratio, device=device, effort=effort)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return res, time.perf_counter() - wall, time.process_time() - cpu
+
+
+def bench_pgms(paths: list[Path], ratio: float, effort: str, repeats: int) -> None:
+    """PGMS encode on the CPU (every core) and on the GPU, same options: the renders run on the
+    device, the codec on the CPU either way. Baseline: the CPU encode of the same run."""
+    from visionmoe.splat import decompress
+    from visionmoe.splat.evaluation import heldout_cameras
+    from visionmoe.splat.metrics import psnr
+    from visionmoe.splat.render import render
+
+    print(f"\nPGMS {ratio:g}x, effort {effort}, medians of {repeats}; held-out PSNR on 16 views of 512 px\n"
+          "\n| scene | Gaussians | device | encode wall (s) | encode CPU (s) | bytes | held-out PSNR (dB) "
+          "| CPU / CUDA wall | seconds per stage |\n|---|---:|---|---:|---:|---:|---:|---:|---|")
     for path in paths:
         scene = load_scene(path)
-        start = time.perf_counter()
-        res = compress(scene, ratio=ratio, device="cuda")
-        stages = ", ".join(f"{k} {v:.1f}" for k, v in res.timings.items() if k != "total")
-        print(f"| {path.name} | {res.nbytes:,} | {time.perf_counter() - start:.1f} | {stages} |", flush=True)
+        cams = heldout_cameras(scene, num_views=16, size=512)
+        with torch.no_grad():
+            ref = render(scene.to(CUDA), cams).colors
+        rows = {}
+        for device in ("cpu", "cuda"):
+            runs = [_encode_once(scene, device, ratio, effort) for _ in range(repeats)]
+            wall = statistics.median(r[1] for r in runs)
+            cpu = statistics.median(r[2] for r in runs)
+            res = runs[-1][0]
+            with torch.no_grad():
+                got = float(psnr(render(decompress(res.data).to(CUDA), cams).colors, ref))
+            rows[device] = (res, wall, cpu, got)
+        for device, (res, wall, cpu, got) in rows.items():
+            speed = f"{rows['cpu'][1] / wall:.1f}x" if device == "cuda" else "1.0x"
+            stages = ", ".join(f"{k} {v:.1f}" for k, v in res.timings.items() if k != "total")
+            print(f"| {path.name} | {scene.num_gaussians:,} | {device} | {wall:.1f} | {cpu:.1f} | {res.nbytes:,} | "
+                  f"{got:.2f} | {speed} | {stages} |", flush=True)
+        same = rows["cpu"][0].data == rows["cuda"][0].data
+        print(f"  {path.name}: CUDA file {'byte-identical to' if same else 'differs from'} the CPU file "
+              f"({rows['cuda'][3] - rows['cpu'][3]:+.3f} dB held-out)")
 
 
 def main() -> None:
@@ -186,12 +227,20 @@ def main() -> None:
     parser.add_argument("--skip-2m", action="store_true")
     parser.add_argument("--pgms", type=Path, nargs="*", default=[], help="scenes (.ply[.xz]) to encode on the GPU")
     parser.add_argument("--pgms-ratio", type=float, default=20.0)
+    parser.add_argument("--pgms-effort", choices=("fast", "default", "max"), default="default")
+    parser.add_argument("--pgms-repeats", type=int, default=1, help="encodes per device and scene (median)")
+    parser.add_argument("--encode-only", action="store_true", help="only the PGMS encodes (--pgms)")
     args = parser.parse_args()
     if not torch.cuda.is_available() or not ops.build_info().get("cuda"):
         raise SystemExit("bench_cuda.py needs a CUDA GPU and a CUDA build of visionmoe._C")
     torch.set_num_threads(os.cpu_count() or 1)
     print(f"GPU: {torch.cuda.get_device_name()}, CPU baseline: {os.cpu_count()} cores, {torch.get_num_threads()} "
           f"threads, torch {torch.__version__}\nbuild: {ops.build_info()}")
+    if args.encode_only:
+        if not args.pgms:
+            raise SystemExit("--encode-only needs scenes: --pgms SCENE.ply[.xz] ...")
+        bench_pgms(args.pgms, args.pgms_ratio, args.pgms_effort, max(1, args.pgms_repeats))
+        return
     print("\n| scene | Gaussians | pass | CPU kernel (ms) | CUDA kernel (ms) | speed-up |\n|---|---|---|---|---|---|")
     if args.playbot:
         bench_raster("playbot_lod0 (SH2)", load_scene(args.playbot), args.repeats)
@@ -202,7 +251,7 @@ def main() -> None:
     bench_moe(args.repeats)
     bench_nearest(args.repeats)
     if args.pgms:
-        bench_pgms(args.pgms, args.pgms_ratio)
+        bench_pgms(args.pgms, args.pgms_ratio, args.pgms_effort, max(1, args.pgms_repeats))
 
 
 if __name__ == "__main__":

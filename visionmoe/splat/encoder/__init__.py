@@ -2,7 +2,7 @@
 them); the bytes it writes are the format of :mod:`visionmoe.splat.pgms`.
 
     compress.py      the public ``compress``: options -> the stages below -> :class:`CompressResult`
-    options.py       the options of one encode, validated (:class:`EncodeOptions`)
+    options.py       the options of one encode, validated (:class:`EncodeOptions`), and the effort levels
     guards.py        input guards (log-scales clamped into range)
     contribution.py  views and image-space contributions; pruning of the negligible Gaussians
     check_views.py   the render checks' views and the original scene's renders of them

@@ -128,9 +128,10 @@ def compress(
     prune_threshold: float = 1 / 255,
     verify_views: int = 4,
     verify_candidates: int = 3,
-    prune_search: int = 3,
+    prune_search: int | None = None,
     progress: bool | ProgressFn = False,
     seed: int = 0,
+    effort: str = "default",
 ) -> CompressResult:
     """Compress a 3DGS scene to .pgms bytes under one target.
 
@@ -156,8 +157,8 @@ def compress(
     between two ladder rungs: ``allocator.geometry_rung``). ``refine_steps``: Adam
     steps of the render-vs-original-render refinement of the chosen primitives, kept only if
     the re-encoded result renders closer to the original on the contribution views; None
-    (default) runs 80 steps (rates decaying to 3%) for ratio/size targets on cuts of at
-    most 150k primitives that render below 48 dB, 0 turns it off. The allocator's best
+    (default) runs the effort's steps (80, rates decaying to 3%; none at ``fast``) for
+    ratio/size targets on cuts of at most 150k primitives that render below 48 dB, 0 turns it off. The allocator's best
     ``verify_candidates`` presets (by its contribution-weighted proxy) are encoded at the target
     and the one with the lowest render error on ``verify_views`` of the views is kept (0: trust
     the proxy). ``prune_search`` > 0: unless the cut keeps every leaf at the finest rungs, up to that
@@ -166,13 +167,20 @@ def compress(
     the finer neighbouring rungs with as many Gaussians as they fit, and on scenes of at most
     150k leaves a fresh rung search without the faintest tenth) are encoded at the same target
     and rendered on every contribution view; the lowest error within the rate window wins
-    (needs ``verify_views`` > 0; not used with ``psnr=`` or ``preset=``).
+    (needs ``verify_views`` > 0; not used with ``psnr=`` or ``preset=``); None: the effort's.
+    ``effort``: ``"fast"``, ``"default"`` or ``"max"``, what the searches spend
+    (``options.EFFORTS``): ``max`` runs every search at its full count (80 refinement steps of
+    8 views of 512 px), ``default`` the same steps on 4 views, ``fast`` neither the pruning search nor
+    the refinement. ``progress``: True shows a tqdm bar; a callable receives ``(stage, done,
+    total)`` with ``total`` the whole encode's steps, fixed before the first call, and ``done``
+    growing to it (``stages.Progress``).
     """
     opts = EncodeOptions(ratio=ratio, size=size, psnr=psnr, cameras=cameras, device=device,
                          contributions=contributions, num_views=num_views, view_size=view_size,
                          coverage_views=coverage_views, up=up, frame=frame, preset=preset,
                          refine_steps=refine_steps, prune_threshold=prune_threshold, verify_views=verify_views,
-                         verify_candidates=verify_candidates, prune_search=prune_search, seed=seed)
+                         verify_candidates=verify_candidates, prune_search=prune_search, seed=seed,
+                         effort=effort)
     prog = Progress(progress)
     try:
         guarded = guard_input(_load(scene_or_path))
@@ -206,8 +214,7 @@ def _contributions(scene: GaussianScene, opts: EncodeOptions, prog: Progress):
     the rung check, the refinement and the PSNR search keep to the rings (docs/EVALUATION.md,
     "The pruning search on the coverage views")."""
     cameras = opts.cameras
-    need = opts.contributions is None or opts.psnr is not None or opts.verify_views > 0 or opts.refine_steps != 0
-    if cameras is None and need:
+    if cameras is None and _renders_views(opts):
         from ..cameras import Cameras
         from .contribution import coverage_views, default_cameras
 
@@ -226,13 +233,13 @@ def _contributions(scene: GaussianScene, opts: EncodeOptions, prog: Progress):
 
         prog("contributions", 0, 1)
         checked = opts.verify_views if opts.preset is None else 0  # views the rung choice renders
-        refined = SEARCH_VIEWS if opts.refine_steps != 0 else 0  # the refinement's check
+        refined = SEARCH_VIEWS if _may_refine(opts) else 0  # the refinement's check
         pruned_on = search_views(scene.num_gaussians) if opts.prune_search > 0 else 0
         keep = sorted(set(view_indices(rings, checked)) | set(view_indices(rings, refined))
                       | set(view_indices(len(cameras), pruned_on)))
         contributions, colors = image_contributions(scene, cameras, device=opts.device, keep_colors=keep)
         known = dict(zip(keep, colors)) if keep else {}  # no view to keep: no renders come back
-        prog("contributions", 1, 1)
+    prog.finish("contributions")
     contributions = contributions.detach().float().cpu()
     n_in = scene.num_gaussians
     if contributions.shape != (n_in,):
@@ -240,6 +247,35 @@ def _contributions(scene: GaussianScene, opts: EncodeOptions, prog: Progress):
     if not torch.isfinite(contributions).all():
         raise ValueError("contributions hold NaN/Inf")
     return contributions, cameras, known, rings
+
+
+def _renders_views(opts: EncodeOptions) -> bool:
+    """Whether the encode renders views of its own (given contributions and no render check: none)."""
+    return opts.contributions is None or opts.psnr is not None or opts.verify_views > 0 or _may_refine(opts)
+
+
+def _may_refine(opts: EncodeOptions) -> bool:
+    """Whether the refinement can run (auto at an effort without one: never)."""
+    return opts.refine_steps != 0 and not (opts.refine_steps is None and opts.budget.refine_steps == 0)
+
+
+def _progress_plan(opts: EncodeOptions) -> list[tuple[str, int]]:
+    """Each stage's share of the encode's progress steps, known before it starts: the
+    refinement's Adam steps one step each, the other stages weighted by their usual cost."""
+    views = opts.cameras is not None or _renders_views(opts)
+    steps = opts.refine_steps if opts.refine_steps is not None else opts.budget.refine_steps
+    refine_steps = steps if (views and _may_refine(opts) and (opts.psnr is None or opts.refine_steps)) else 0
+    if opts.psnr is not None:
+        search = [("psnr search", 7 * _SEARCH_STEPS)]
+    else:
+        pruned = opts.prune_search > 0 and opts.render_checked and views
+        search = [("allocate", _SEARCH_STEPS), ("encode", _SEARCH_STEPS),
+                  ("prune search", _SEARCH_STEPS * (opts.prune_search + 2) if pruned else 0)]
+    return [("contributions", 2 * _SEARCH_STEPS if opts.contributions is None else 0), ("pyramid", 2), *search,
+            ("refine", refine_steps)]
+
+
+_SEARCH_STEPS = 4  # progress steps of one rung search (about the time of 4 refinement steps)
 
 
 def _to_canonical(scene: GaussianScene, opts: EncodeOptions):
@@ -262,6 +298,7 @@ def _to_canonical(scene: GaussianScene, opts: EncodeOptions):
 def _encode(scene: GaussianScene, opts: EncodeOptions, prog: Progress) -> CompressResult:
     times = StageTimes()
     t0 = time.perf_counter()
+    prog.plan(_progress_plan(opts))
     scene, opts, transform = _to_canonical(scene, opts)
     n_in = scene.num_gaussians
     ref_bytes = reference_ply_bytes(n_in, scene.sh_degree)
@@ -279,15 +316,18 @@ def _encode(scene: GaussianScene, opts: EncodeOptions, prog: Progress) -> Compre
         kept, w = prune_faint(scene, contributions, opts.prune_threshold)
         prog("pyramid", 0, 1)
         tree = build_tree(kept, w, scene.sh_degree, n_in, ref_bytes, transform)
-        prog("pyramid", 1, 1)
+        prog.finish("pyramid")
     if opts.psnr is None:
         target = opts.target_bytes(ref_bytes)
         tree, enc = _encode_at_target(inp, tree, target)
     else:
+        quiet = prog.quiet()  # each bisection step's rung search reports as the PSNR search
         found = search_psnr(scene, opts.psnr, cameras, opts.device, ref_bytes,
-                            lambda t: _allocate(inp, tree, t).encoding, prog)
+                            lambda t: _allocate(inp, tree, t, prog=quiet).encoding, prog)
         enc, target = found.encoding, found.target_bytes
     tree, enc = _refine(inp, tree, enc, target)
+    prog.finish("refine")
+    prog.end()
     times.set("total", time.perf_counter() - t0)
     target_note = _warn_target(opts, enc, target)
     pixels = float(_num_pixels(cameras)) if cameras is not None else None
@@ -311,9 +351,9 @@ def _render_check(inp: _Inputs) -> rung_search.RenderCheck | None:
 
 
 def _allocate(inp: _Inputs, tree: Tree, target: int, *, times: StageTimes | None = None, pin=None, start=None,
-              want_seeds: bool = False, fill: bool = True) -> rung_search.Allocation:
+              want_seeds: bool = False, fill: bool = True, prog: Progress | None = None) -> rung_search.Allocation:
     """Rung search, cut tuning and the final encode of ``tree`` at ``target`` bytes."""
-    return rung_search.allocate_and_encode(tree, target, seed=inp.opts.seed, prog=inp.prog,
+    return rung_search.allocate_and_encode(tree, target, seed=inp.opts.seed, prog=inp.prog if prog is None else prog,
                                      times=inp.times if times is None else times, check=inp.check,
                                      pin=inp.opts.preset if pin is None else pin, start=start, want_seeds=want_seeds,
                                      fill=fill)
@@ -324,6 +364,7 @@ def _encode_at_target(inp: _Inputs, tree: Tree, target: int) -> tuple[Tree, Enco
     opts = inp.opts
     base = _allocate(inp, tree, target, want_seeds=True)
     enc = base.encoding
+    inp.prog.finish("encode")
     logger.info("rung %s: %d bytes (target %d), %d primitives", enc.rung.index, enc.nbytes, target, sum(enc.terminal))
     if opts.prune_search == 0 or inp.check is None:
         return tree, enc
@@ -338,8 +379,10 @@ def _encode_at_target(inp: _Inputs, tree: Tree, target: int) -> tuple[Tree, Enco
         # each variant is coded with the base's seed and render check, its stage times not logged
         # (``quiet``); the pruning search only runs without a pinned preset
         job = prune.PruneJob(target, inp.scene.sh_degree, inp.scene.num_gaussians, inp.ref_bytes, error,
-                             opts.prune_search, opts.seed, inp.check, quiet, refined=_will_refine(inp))
+                             opts.prune_search, opts.seed, inp.check, quiet, refined=_will_refine(inp),
+                             top_up=opts.budget.top_up)
         best = prune.search_pruning(prune.Variant(float("nan"), enc, tree), base.seeds, job, inp.prog)
+    inp.prog.finish("prune search")
     return best.tree, best.encoding
 
 
@@ -351,7 +394,7 @@ def _refine_steps(inp: _Inputs, primitives: int) -> int:
     if opts.refine_steps is not None:
         return opts.refine_steps
     auto = opts.psnr is None and primitives <= refine.AUTO_REFINE_MAX_PRIMITIVES
-    return refine.AUTO_REFINE_STEPS if auto else 0
+    return opts.budget.refine_steps if auto else 0
 
 
 def _will_refine(inp: _Inputs):
@@ -375,7 +418,8 @@ def _refine(inp: _Inputs, tree: Tree, enc: Encoding, target: int) -> tuple[Tree,
     if not steps:
         return tree, enc
     job = refine.RefineJob(inp.scene, inp.cameras, steps, opts.device, target,
-                           skip_above_db=refine.AUTO_REFINE_BELOW_DB if opts.refine_steps is None else None)
+                           skip_above_db=refine.AUTO_REFINE_BELOW_DB if opts.refine_steps is None else None,
+                           views=opts.budget.refine_views)
     with inp.times.stage("refine", lambda: f"{'kept' if out is not enc else 'not kept'}, {out.nbytes} bytes"):
         out = refine.refine_checked(tree, enc, job, inp.refs, inp.prog)
     return tree, out

@@ -13,6 +13,34 @@ from .allocator import make_preset
 FRAMES = ("scene", "world")  # compress(frame=): code in the scene's canonical frame, or as given
 
 
+@dataclass(frozen=True)
+class Effort:
+    """What one ``compress(effort=)`` level spends on the searches (docs/PGMS_ENCODER.md, "Effort").
+
+    ``prune_search``: pruned variants tried (``compress(prune_search=None)``); ``top_up``: the
+    pruning search's last refill toward 99.5% of the target; ``refine_steps``: the automatic
+    refinement's Adam steps; ``refine_views``: views of 512 px rendered per refinement step
+    (its pixel budget)."""
+
+    name: str
+    prune_search: int
+    top_up: bool
+    refine_steps: int
+    refine_views: int
+
+
+# ``max`` is the encoder's full search (every search at the counts tuned on the shared scenes).
+# ``default`` renders half the refinement's pixels a step: on the tuning scenes at 20x (held-out
+# PSNR, 16 views of 512 px) cg_jesus_standing_sh0 39.58 -> 39.77 dB; half the steps instead lost
+# guitar 0.38 dB and, with half the pixels too, cg_jesus 1.2 dB. ``fast`` skips the pruning
+# search and the refinement (docs/BENCHMARKS.md, "Effort").
+EFFORTS = {
+    "fast": Effort("fast", prune_search=0, top_up=False, refine_steps=0, refine_views=4),
+    "default": Effort("default", prune_search=3, top_up=True, refine_steps=80, refine_views=4),
+    "max": Effort("max", prune_search=3, top_up=True, refine_steps=80, refine_views=8),
+}
+
+
 @dataclass
 class EncodeOptions:
     """See :func:`visionmoe.splat.encoder.compress.compress` for each field. ``ratio`` defaults to 20 when
@@ -34,8 +62,9 @@ class EncodeOptions:
     prune_threshold: float = 1 / 255
     verify_views: int = 4
     verify_candidates: int = 3
-    prune_search: int = 3
+    prune_search: int | None = None  # None: the effort's
     seed: int = 0
+    effort: str = "default"
 
     def __post_init__(self):
         ratio, size, psnr = self.ratio, self.size, self.psnr
@@ -51,6 +80,10 @@ class EncodeOptions:
             raise ValueError(f"psnr must be in (0, 150) dB, got {psnr!r}")
         if self.preset is not None:
             make_preset(*self.preset)  # validates the rungs
+        if not (isinstance(self.effort, str) and self.effort in EFFORTS):
+            raise ValueError(f"effort must be one of {tuple(EFFORTS)}, got {self.effort!r}")
+        if self.prune_search is None:
+            self.prune_search = EFFORTS[self.effort].prune_search
         if not (isinstance(self.prune_search, int) and self.prune_search >= 0):
             raise ValueError(f"prune_search must be an int >= 0, got {self.prune_search!r}")
         if not (isinstance(self.coverage_views, int) and not isinstance(self.coverage_views, bool)
@@ -69,6 +102,11 @@ class EncodeOptions:
             raise ValueError(str(exc)) from None
 
         self.device = resolve_device(self.device)
+
+    @property
+    def budget(self) -> Effort:
+        """The effort level's search budget."""
+        return EFFORTS[self.effort]
 
     def target_bytes(self, ref_bytes: int) -> int | None:
         """The byte target of a ratio or size target (None for a PSNR target)."""

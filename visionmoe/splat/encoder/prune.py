@@ -97,7 +97,7 @@ class PruneJob:
     :func:`.rung_search.allocate_and_encode` with ``seed``, the rung choice's render ``check``
     and its stage times in ``times`` (rung search from the base's rungs unless pinned);
     ``refined(variant)``: whether the refinement stage will refine that variant's cut (then it
-    is not topped up)."""
+    is not topped up); ``top_up``: whether the winner may be topped up at all (the effort's)."""
 
     target: int
     sh_degree: int
@@ -109,6 +109,7 @@ class PruneJob:
     check: RenderCheck | None
     times: StageTimes
     refined: Callable[[Variant], bool] = lambda v: False  # whether the refinement stage will refine it
+    top_up: bool = True
 
 
 def _variants(base: Variant, seeds: PinnedSeeds | None, job: PruneJob, keeps_all: bool) -> list:
@@ -154,7 +155,8 @@ class _Attempts:
                          tree.meta.transform)
         # a variant short of the target is refilled with more of its Gaussians (``_refill``), not
         # moved to a finer fractional rung (``fill=False``)
-        enc = rung_search.allocate_and_encode(new, job.target, seed=job.seed, prog=self.prog, times=job.times,
+        # the variant's rung search reports nothing: the pruning search reports per variant
+        enc = rung_search.allocate_and_encode(new, job.target, seed=job.seed, prog=self.prog.quiet(), times=job.times,
                                               check=job.check, pin=pin, start=self.start, fill=False).encoding
         return Variant(job.error(decode_coded(enc.data)), enc, new)
 
@@ -198,8 +200,9 @@ def search_pruning(base: Variant, seeds: PinnedSeeds | None, job: PruneJob, prog
     finally:
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
-    prog("prune search", len(variants), len(variants))
+    prog("prune search", len(variants), len(variants) + 2)
     best = _refill(best, base, short, tried, attempt, job)
+    prog("prune search", len(variants) + 1, len(variants) + 2)
     return _top_up(best, base, tried, attempt, job)
 
 
@@ -226,7 +229,7 @@ def _try_variants(base: Variant, variants: list, futures: dict, attempt: _Attemp
             logger.debug("prune search: %s skipped, one geometry step finer did not win", pin)
             continue
         tried.add((m, pin))
-        prog("prune search", i, len(variants))
+        prog("prune search", i, len(variants) + 2)  # + the refill and the top-up
         cand = futures.pop((m, pin)).result() if (m, pin) in futures else attempt(m, pin)
         logger.debug("prune search: keep %d at %s -> %d bytes, verify MSE %.3g", m, pin or "any rung",
                      cand.encoding.nbytes, cand.error)
@@ -263,7 +266,7 @@ def _top_up(best: Variant, base: Variant, tried: set, attempt: _Attempts, job: P
     _TOP_UP_BELOW`` of the target unused and will not be refined, refilled once more toward
     ``_TOP_UP_AIM``."""
     keeps_all = sum(best.encoding.terminal) >= KEEPS_ALL_SHARE * best.tree.kept.num_gaussians
-    if best is base or not keeps_all or best.encoding.nbytes >= _TOP_UP_BELOW * job.target or job.refined(best):
+    if not job.top_up or best is base or not keeps_all or best.encoding.nbytes >= _TOP_UP_BELOW * job.target or job.refined(best):
         return best
     return _refill(best, base, best, tried, attempt, job, aim=_TOP_UP_AIM, what="top-up")
 

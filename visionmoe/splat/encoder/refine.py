@@ -38,8 +38,7 @@ logger = logging.getLogger("visionmoe.splat.encoder.refine")
 # decay over 30 steps lost plant at 50x 1.8 dB (its merged cut needs the full rates for longer).
 # 80 steps down to 3% then gained again: tarot 20x 34.79 -> 35.19, statue 20x 37.04 -> 37.20,
 # plant 50x 28.84 -> 29.52, for a third more refinement time (80 steps to 5%: tarot 35.01; 60
-# to 3%: 34.99, but plant 50x 28.71).
-AUTO_REFINE_STEPS = 80
+# to 3%: 34.99, but plant 50x 28.71). Those 80 steps are effort max's (options.EFFORTS).
 _REFINE_LR_FINAL = 0.03
 AUTO_REFINE_BELOW_DB = 48.0
 AUTO_REFINE_MAX_PRIMITIVES = 150_000
@@ -62,25 +61,28 @@ _REFINE_MIN_GAIN = 0.1
 # Tarot at 20x, L1 loss (16 benchmark views of 512 px, then held-out poses at 32 and 8 degrees of
 # elevation and closer in): views of 256 px 32.57 dB (32.45 / 32.65 / 28.92), 384 px 33.33,
 # 512 px 33.53 (33.32 / 33.45 / 30.37), 768 px with 4 views a step 32.95. Each step renders at
-# most ``_REFINE_PIXELS_PER_STEP`` (8 views of 512 px: 16 a step gave 33.62 for 1.7x the time).
+# most ``views`` x 512 x 512 pixels (effort max: 8 views of 512 px; 16 a step gave 33.62 for
+# 1.7x the time).
 _REFINE_SCALE = 2.0
 _REFINE_MAX_SIZE = 512
-_REFINE_PIXELS_PER_STEP = 8 * 512 * 512
+_REFINE_VIEWS = 8
 
 
-def refinement_views(cameras):
-    """-> (the refinement's cameras: the contribution views rescaled, views per step)."""
+def refinement_views(cameras, views: int = _REFINE_VIEWS):
+    """-> (the refinement's cameras: the contribution views rescaled, views per step: as many as
+    ``views`` views of 512 px hold in pixels, 1-16)."""
     factor = min(_REFINE_SCALE, max(1.0, _REFINE_MAX_SIZE / max(cameras.width, cameras.height)))
     if factor > 1:
         cameras = cameras.scaled(factor)
-    return cameras, max(1, min(16, _REFINE_PIXELS_PER_STEP // (cameras.width * cameras.height)))
+    return cameras, max(1, min(16, views * _REFINE_MAX_SIZE**2 // (cameras.width * cameras.height)))
 
 
 @dataclass(frozen=True)
 class RefineJob:
     """The refinement's inputs besides the base encoding: the original scene, the contribution
-    cameras, Adam steps, the render device, ``target_bytes`` (the encode's byte budget) and
-    ``skip_above_db`` (auto: no refinement of a cut that already renders above it)."""
+    cameras, Adam steps, the render device, ``target_bytes`` (the encode's byte budget),
+    ``skip_above_db`` (auto: no refinement of a cut that already renders above it) and
+    ``views`` (the pixels a step renders, in views of 512 px: ``refinement_views``)."""
 
     scene: GaussianScene
     cameras: object
@@ -88,6 +90,7 @@ class RefineJob:
     device: object
     target_bytes: int
     skip_above_db: float | None = None
+    views: int = _REFINE_VIEWS
 
 
 def refine_checked(tree: Tree, base: Encoding, job: RefineJob, refs: References, prog) -> Encoding:
@@ -98,7 +101,7 @@ def refine_checked(tree: Tree, base: Encoding, job: RefineJob, refs: References,
     from ..render import render
 
     idx = view_indices(len(job.cameras), SEARCH_VIEWS)
-    rcams, per_step = refinement_views(job.cameras)
+    rcams, per_step = refinement_views(job.cameras, job.views)
     views = rcams[idx]
     if rcams is job.cameras:
         ref = refs.get(idx)
