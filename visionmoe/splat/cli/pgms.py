@@ -119,8 +119,10 @@ def _add_target(p) -> None:
     p.add_argument("--refine-steps", type=_refine_steps, default=None,
                    help="render-vs-original refinement steps on the chosen primitives, kept only if they help "
                         "(default auto: 80 on cuts of at most 150k primitives below 48 dB; 0: off, faster)")
-    p.add_argument("--prune-search", type=nonnegative_int, default=3,
-                   help="pruned variants render-checked against a merged cut (default 3; 0: off, faster)")
+    p.add_argument("--prune-search", type=nonnegative_int, default=None,
+                   help="pruned variants render-checked against a merged cut (default: the effort's, 3; 0: off, faster)")
+    p.add_argument("--effort", choices=("fast", "default", "max"), default="default",
+                   help="what the encoder's searches spend: fast (no pruning search, no refinement), default, max")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="log the encoder's stages, their results and timings (stderr), one line each")
@@ -156,7 +158,7 @@ def _compress(args, scene, cameras=None):
             scene, ratio=args.ratio, size=args.size, psnr=args.psnr, cameras=cameras, device=args.device,
             num_views=args.views, view_size=args.view_size, coverage_views=args.coverage_views, up=args.up,
             frame=args.frame, preset=args.preset, progress=progress,
-            refine_steps=args.refine_steps, prune_search=args.prune_search,
+            refine_steps=args.refine_steps, prune_search=args.prune_search, effort=args.effort,
         )
 
 
