@@ -51,6 +51,11 @@ _PRUNE_FREE_MAX_LEAVES = 150_000
 # up to 11% further on the search views (plant 10x, (5, 0) at 103k leaves: 1.80e-5 vs 1.62e-5)
 # and a close call flipped to a variant 4 dB worse at 512 px (45.1 -> 41.3 dB).
 _PRUNE_REUSE_TREE_ABOVE = 150_000
+# Above this many leaves those independent variants run one at a time: each holds a pyramid
+# without some leaves, its symbols and its encodes. Two at once took a 300k-Gaussian SH3 scene
+# (tiled ertz_couch_sh3) at 20x to 2.37 GB peak RSS, one at a time 1.95 GB, same file size
+# (docs/SCALING.md).
+_PRUNE_PARALLEL_MAX_LEAVES = 1_000_000
 _PRUNE_FREE_KEEP = 0.9
 # Nor is a cut that keeps every leaf searched once it renders above this on the search views:
 # there the faintest Gaussians at the views' 256 px are the small ones that show at higher
@@ -187,7 +192,7 @@ def search_pruning(base: Variant, seeds: PinnedSeeds | None, job: PruneJob, prog
     # playbot 20x, both cores already busy.)
     independent = list(dict.fromkeys(v for v in variants if v[1] is not None and v[1][0] != start[0] + 2
                                      and v[1] in attempt.estimates))
-    pool = ThreadPoolExecutor(max_workers=2) if len(independent) > 1 else None
+    pool = ThreadPoolExecutor(max_workers=2) if 1 < len(independent) and n <= _PRUNE_PARALLEL_MAX_LEAVES else None
     try:
         base = Variant(job.error(decode_coded(base.encoding.data)), base.encoding, base.tree)
         logger.debug("prune search: cut of %d primitives over %d leaves, %d bytes, verify MSE %.3g",
