@@ -294,8 +294,7 @@ def test_distributed_two_cpu_processes(tmp_path, cache):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert "stage 3: 2 steps" in r.stdout
-    ckpt = out / "checkpoints" / "checkpoint-2"
+    ckpt = out / "checkpoints" / "checkpoint-2"  # two steps ran (--quiet prints nothing but errors)
     assert (ckpt / "random_states_0.pkl").is_file() and (ckpt / "random_states_1.pkl").is_file()  # two processes
     assert (out / "adapter" / "diffusion_pytorch_model.safetensors").is_file()
 
