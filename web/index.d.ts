@@ -73,8 +73,19 @@ export const MAGIC: readonly number[];
 /** The format major versions this decoder reads. */
 export const READABLE_MAJORS: readonly number[];
 
-/** Decode a whole .pgms, or a prefix of one up to `level`. Throws FormatError on bad input. */
-export function decodePgms(bytes: Uint8Array | ArrayBuffer, options?: { level?: number }): DecodedPgms;
+/**
+ * A (possibly valid) file whose declared node counts need more memory to decode than its size
+ * justifies, max(64 MiB, 256 x its size), or than `maxMemory`: a decompression bomb unless the
+ * caller trusts the file. Thrown before anything is decoded; the Python decoder's rule.
+ */
+export class DecodeMemoryError extends FormatError {}
+
+/**
+ * Decode a whole .pgms, or a prefix of one up to `level`. Throws FormatError on bad input and
+ * DecodeMemoryError when the file needs more than `maxMemory` bytes (default
+ * max(64 MiB, 256 x bytes.length)).
+ */
+export function decodePgms(bytes: Uint8Array | ArrayBuffer, options?: { level?: number; maxMemory?: number }): DecodedPgms;
 
 /** The format version of a file's first 12 bytes (FormatError if not a readable .pgms). */
 export function readPreamble(bytes: Uint8Array): PgmsVersion;

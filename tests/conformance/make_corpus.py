@@ -16,7 +16,7 @@ Everything is generated here, seeded (nothing is stored in the repository):
   decoded log-scales past the bound, reflected, permuted and perturbed band matrices;
 * ``zstd``: one byte of a zstd frame header or block header changed (frame rules);
 * ``case``: the reproducers of one contract in two languages, each with the outcome FORMAT.md
-  requires (``expect``).
+  requires (``expect``), the memory rule's decompression bomb among them.
 
 DIR/manifest.json lists each file: ``file``, ``class``, ``level`` (null: the full decode),
 ``expect`` ("ok", "refuse" or null where the reference decoder decides) and ``python``: the
@@ -284,6 +284,16 @@ def scale_overflow_case() -> tuple[str, bytes, str]:
     return "log-scales above 80 after XFRM (exp would overflow float32)", _with_xfrm(version, secs, i, bytes(p)), "refuse"
 
 
+def memory_cases():
+    """The memory rule (FORMAT.md, "Decoding"): a valid file of constant streams whose checked
+    node counts need more than max(64 MiB, 256 x its size) is refused by both decoders before
+    anything is decoded; a smaller one of the same kind decodes -> (name, bytes, expect)."""
+    for n0, child, expect in ((20_000, 16, "refuse"), (2_000, 4, "ok")):
+        data = h.constant_stream_bomb(n0=n0, child=child)
+        data = data[:8] + struct.pack("<HH", 5, 0) + data[12:]  # format 5.0 (the preamble has no CRC)
+        yield f"constant streams: {n0 * (1 + child)} nodes in {len(data)} bytes", data, expect
+
+
 # --------------------------------------------------------------------------- the corpus
 
 
@@ -310,7 +320,7 @@ def build(out: Path, mutants: int = MUTANTS, seed: int = SEED, xfrm: int = 1200,
         add("xfrm", what, data)
     for what, data in zstd_mutants(src, zstd, random.Random(seed + 2)):
         add("zstd", what, data)
-    for what, data, expect in [*cases(src), *palette_cases(), scale_overflow_case()]:
+    for what, data, expect in [*cases(src), *palette_cases(), scale_overflow_case(), *memory_cases()]:
         add("case", what, data, expect=expect)
     manifest = {"seed": seed, "seconds": round(time.perf_counter() - t0, 2), "files": entries}
     (out / "manifest.json").write_text(json.dumps(manifest, indent=0))

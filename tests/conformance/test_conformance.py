@@ -29,7 +29,9 @@ MUTANTS = int(os.environ.get("VISIONMOE_CONFORMANCE_MUTANTS", str(make_corpus.MU
 # zstd frames whose content is corrupt but that libzstd (Python's zstandard) decodes while fzstd
 # (the browser decoder's zstd) refuses them: their Huffman literal streams are not consumed
 # exactly. No checksum covers a stream's body, so neither decoder can tell such a frame from a
-# valid one in general; the two zstd libraries draw the line in different places.
+# valid one in general. libzstd accepts them only in its fast Huffman path (64-bit
+# little-endian hosts); its portable path, which every WebAssembly build runs, refuses them as
+# fzstd does, so no browser zstd can remove this difference (docs/FORMAT.md).
 ZSTD_DIVERGENCE = "corrupt zstd stream (invalid zstd data)"
 
 

@@ -16,7 +16,7 @@ from web_env import NODE, NPM, ROOT, WEB, needs_browser, needs_node
 
 PACKAGE = json.loads((WEB / "package.json").read_text())
 PACKED = {"package.json", "README.md", "LICENSE", "index.js", "index.d.ts", "spark.d.ts",
-          "src/pgms.js", "src/rans.js", "src/scene.js", "src/loader.js"}
+          "src/pgms.js", "src/rans.js", "src/memory.js", "src/scene.js", "src/loader.js"}
 
 
 def _exported_names(js: str) -> set[str]:

@@ -12,8 +12,9 @@
 
 import { decompress as zstdDecompress } from "fzstd";
 import { FormatError, ransDecode, MAX_ALPHABET } from "./rans.js";
+import { checkMemory, DecodeMemoryError } from "./memory.js";
 
-export { FormatError };
+export { FormatError, DecodeMemoryError };
 
 export const MAGIC = [0x89, 0x50, 0x47, 0x4d, 0x53, 0x0d, 0x0a, 0x1a];
 export const READABLE_MAJORS = [4, 5];
@@ -909,12 +910,18 @@ export class PgmsStream {
 /**
  * Decode a whole .pgms or a prefix of one.
  * @param {Uint8Array} bytes
- * @param {{level?: number}} options level: decode levels 0..level only (the bytes may end after it)
+ * @param {{level?: number, maxMemory?: number}} options level: decode levels 0..level only (the
+ *   bytes may end after it); maxMemory: the bytes the decode may need (default
+ *   max(64 MiB, 256 x the input's size)); a file that needs more throws DecodeMemoryError before
+ *   anything is decoded
  * @returns {{header: object, version: object, levels: number, scene: object}}
  */
-export function decodePgms(bytes, { level } = {}) {
+export function decodePgms(bytes, { level, maxMemory } = {}) {
   if (!(bytes instanceof Uint8Array)) bytes = new Uint8Array(bytes);
   if (level !== undefined && !(Number.isInteger(level) && level >= 0)) throw new RangeError(`level must be an integer >= 0, got ${level}`);
+  if (maxMemory !== undefined && !(Number.isSafeInteger(maxMemory) && maxMemory > 0)) throw new RangeError(`maxMemory must be a positive integer (bytes), got ${maxMemory}`);
+  const nodes = declaredNodes(bytes, level);
+  if (nodes) checkMemory(nodes.count, nodes.shDegree, nodes.grid, bytes.length, maxMemory);
   const s = new PgmsStream({ fileSize: bytes.length });
   s.push(bytes);
   if (s.header === null) throw new FormatError(`truncated .pgms: ${bytes.length} bytes hold no HEAD section`);
@@ -926,4 +933,36 @@ export function decodePgms(bytes, { level } = {}) {
   const scene = s.scene(want);
   if (scene.count === 0) throw new FormatError("corrupt .pgms: the decoded scene holds no Gaussians");
   return { header: s.header, version: s.version, levels: s.levels.length, scene };
+}
+
+/**
+ * What the memory rule needs, read before any stream is decoded (the Python decoder's order):
+ * the node counts of the level sections up to `level` (each section's first stream header),
+ * the SH degree and the per-primitive SH grid's coefficients. null where the bytes are not a
+ * well-formed container up to there: the decode itself then says what is wrong.
+ */
+function declaredNodes(bytes, level) {
+  try {
+    readPreamble(bytes);
+    let pos = 12, header = null, grid = 0, count = 0;
+    for (let sec = nextSection(bytes, pos); sec; sec = nextSection(bytes, pos)) {
+      pos = sec.end;
+      if (!header) {
+        if (sec.tag !== "HEAD") return null;
+        header = parseHeader(sec.payload, bytes.length);
+      } else if (sec.tag === "SHQP" && sec.payload.length === 8) {
+        grid = (sec.payload[0] + 1) ** 2 - 1;
+      } else if (sec.tag === "LEVL") {
+        if (level !== undefined && sec.level > level) break;
+        if (sec.payload.length < 20) return null;
+        count += new DataView(sec.payload.buffer, sec.payload.byteOffset + 4, 4).getUint32(0, true);
+      } else if (sec.tag === "END0") {
+        break;
+      }
+    }
+    return header && count ? { count, shDegree: header.shDegree, grid } : null;
+  } catch (e) {
+    if (e instanceof FormatError) return null;
+    throw e;
+  }
 }

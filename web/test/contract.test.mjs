@@ -3,7 +3,8 @@
 // FormatError. tests/conformance/ checks the same rules against the Python decoder, file by file.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { crc32, decodePgms, FormatError } from "../src/pgms.js";
+import { crc32, decodePgms, DecodeMemoryError, FormatError } from "../src/pgms.js";
+import { decodeBudget, decodeBytesNeeded } from "../src/memory.js";
 
 const GLOBAL = 255;
 
@@ -117,4 +118,19 @@ test("log-scales beyond +-80 after XFRM are refused; within, they decode", () =>
   refused(file({ scale: 1e30, logScale: 20 }), /log-scales leave \[-80, 80\]/);
   const { scene } = decodePgms(file({ scale: 1e30 }));
   assert.ok(scene.logScales.every((v) => Math.abs(v - Math.fround(Math.log(1e30))) < 1e-4));
+});
+
+test("the memory rule is Python's: budget max(64 MiB, 256 x size), the same per-node estimate", () => {
+  assert.equal(decodeBudget(1000), 64 * 2 ** 20);
+  assert.equal(decodeBudget(2 ** 20), 256 * 2 ** 20);
+  // 340,000 SH-0 nodes: 24 MiB + 256 bytes each (the Python decoder says "about 107 MiB")
+  assert.equal(decodeBytesNeeded(340000, 0), 24 * 2 ** 20 + 340000 * 256);
+  assert.equal(decodeBytesNeeded(10, 3, 15) - decodeBytesNeeded(10, 3), 10 * 12 * 15);
+});
+
+test("maxMemory below a file's need refuses it before decoding; a trusted budget decodes it", () => {
+  assert.throws(() => decodePgms(file(), { maxMemory: 2 ** 20 }),
+    (e) => e instanceof DecodeMemoryError && e instanceof FormatError && /needs about 24 MiB, more than maxMemory \(1 MiB\)/.test(e.message));
+  assert.equal(decodePgms(file(), { maxMemory: 2 ** 26 }).scene.count, 4);
+  assert.throws(() => decodePgms(file(), { maxMemory: 0 }), RangeError);
 });
