@@ -214,7 +214,7 @@ def test_unwritable_output_is_reported_before_the_encode(tmp_path):
 # --------------------------------------------------------------------------- formats in and out
 
 
-@pytest.mark.parametrize("name", ["a.splat", "a.compressed.ply"])
+@pytest.mark.parametrize("name", ["a.splat", "a.compressed.ply", "a.spz", "a.sog"])
 def test_decompress_writes_the_format_its_name_asks_for(work, tmp_path, name):
     from visionmoe.splat.formats import read_any
 
@@ -222,6 +222,11 @@ def test_decompress_writes_the_format_its_name_asks_for(work, tmp_path, name):
     assert r.returncode == 0, r.stderr
     ref = read_any(work / "a.pgms")
     assert read_any(tmp_path / name).num_gaussians == ref.num_gaussians
+
+
+def test_decompress_refuses_a_read_only_format(work, tmp_path):
+    one_error_line(splat_cli("decompress", work / "a.pgms", "-o", tmp_path / "a.ksplat"), "decompress writes")
+    assert not (tmp_path / "a.ksplat").exists()
 
 
 def test_compress_and_render_read_other_formats(tmp_path):

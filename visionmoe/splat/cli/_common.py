@@ -66,7 +66,9 @@ def plan_outputs(inputs: list[str], out: str, suffix: str, overwrite: bool) -> l
 
 def _stem(p: Path) -> str:
     name = p.name
-    for ext in (".compressed.ply", ".ply", ".splat", ".pgms"):
+    if name.lower() == "meta.json":  # an unbundled SOG: the folder names the scene
+        return p.resolve().parent.name or p.stem
+    for ext in (".compressed.ply", ".ply", ".splat", ".spz", ".sog", ".ksplat", ".pgms"):
         if name.lower().endswith(ext):
             return name[: -len(ext)]
     return p.stem

@@ -166,10 +166,11 @@ def _compress(args, scene, cameras=None):
 
 
 def add_compress_parser(subparsers) -> None:
-    p = subparsers.add_parser("compress", help="compress scenes (.ply, .splat, .compressed.ply) to .pgms",
-                              description="Compress 3DGS scenes (INRIA .ply, antimatter15 .splat or PlayCanvas "
-                                          ".compressed.ply) to rate-controlled PGMS bitstreams (.pgms).")
-    p.add_argument("scene", nargs="+", help="input scenes (.ply, .splat, .compressed.ply)")
+    p = subparsers.add_parser("compress", help="compress scenes (.ply, .compressed.ply, .splat, .spz, .sog, meta.json, .ksplat) to .pgms",
+                              description="Compress 3DGS scenes (INRIA .ply, PlayCanvas .compressed.ply, antimatter15 .splat, "
+                                          "Niantic .spz, PlayCanvas .sog or its meta.json folder, GaussianSplats3D "
+                                          ".ksplat) to rate-controlled PGMS bitstreams (.pgms).")
+    p.add_argument("scene", nargs="+", help="input scenes (.ply, .compressed.ply, .splat, .spz, .sog, meta.json, .ksplat)")
     add_output_options(p, "output .pgms path; with several inputs, a folder (NAME.pgms per input)")
     _add_target(p)
     p.add_argument("--drop-nonfinite", action="store_true", help="drop Gaussians with NaN/Inf values instead of failing")
@@ -206,14 +207,15 @@ def cmd_compress(args) -> int:
 
 
 def add_decompress_parser(subparsers) -> None:
-    p = subparsers.add_parser("decompress", help="decode .pgms to .ply, .splat or .compressed.ply",
+    p = subparsers.add_parser("decompress", help="decode .pgms to .ply, .compressed.ply, .splat, .spz or .sog",
                               description="Decode .pgms bitstreams to a scene file, in the format its name asks for: "
-                                          "INRIA .ply (any 3DGS viewer), antimatter15 .splat or PlayCanvas "
-                                          ".compressed.ply.")
+                                          "INRIA .ply (any 3DGS viewer), PlayCanvas .compressed.ply, antimatter15 "
+                                          ".splat, Niantic .spz, PlayCanvas .sog (or a meta.json folder).")
     p.add_argument("input", nargs="+", help="input .pgms files")
-    add_output_options(p, "output .ply, .splat or .compressed.ply path; with several inputs, a folder "
+    add_output_options(p, "output .ply, .compressed.ply, .splat, .spz, .sog or meta.json path; with several "
+                          "inputs, a folder "
                           "(NAME.ply per input, NAME.FORMAT with --format)")
-    p.add_argument("--format", choices=("ply", "splat", "compressed.ply"), default=None,
+    p.add_argument("--format", choices=("ply", "compressed.ply", "splat", "spz", "sog"), default=None,
                    help="output format with several inputs (default ply); one output takes it from its name")
     p.add_argument("--level", type=int, default=None, help="decode only pyramid levels 0..LEVEL (coarser scene)")
     _add_max_memory(p)
@@ -221,15 +223,15 @@ def add_decompress_parser(subparsers) -> None:
 
 
 def cmd_decompress(args) -> int:
-    from ..formats import format_of, write_any
+    from ..formats import WRITE_FORMATS, format_of, write_any
     from ..pgms.decode import decompress
 
     if args.level is not None and args.level < 0:
         raise CLIError(f"--level must be >= 0, got {args.level}")
     pairs = plan_outputs(args.input, args.out, "." + (args.format or "ply"), args.overwrite)
     for _inp, out in pairs:
-        if format_of(out) == "pgms":
-            raise CLIError(f"output {out}: decompress writes .ply, .splat or .compressed.ply")
+        if format_of(out) not in WRITE_FORMATS:
+            raise CLIError(f"output {out}: decompress writes .ply, .compressed.ply, .splat, .spz, .sog or meta.json")
     for inp, out in progress_over(pairs, args.quiet, "decompress"):
         t = time.perf_counter()
         scene = decompress(inp, level=args.level, max_memory=args.max_memory)

@@ -14,11 +14,12 @@ __all__ = ["add_render_parser", "cmd_render"]
 def add_render_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "render",
-        help="render a scene (.ply, .splat, .compressed.ply, .pgms) to PNG images",
-        description="Render a 3DGS scene (INRIA .ply, .splat, PlayCanvas .compressed.ply or .pgms) from orbit views "
+        help="render a scene (.ply, .compressed.ply, .splat, .spz, .sog, .ksplat, .pgms) to PNG images",
+        description="Render a 3DGS scene (INRIA .ply, PlayCanvas .compressed.ply, .splat, .spz, .sog or meta.json, .ksplat, "
+                    ".pgms) from orbit views "
                     "(or the cameras of an INRIA cameras.json) to PNGs.",
     )
-    p.add_argument("scene", help="input scene (.ply, .splat, .compressed.ply, .pgms)")
+    p.add_argument("scene", help="input scene (.ply, .compressed.ply, .splat, .spz, .sog, meta.json, .ksplat, .pgms)")
     add_output_options(p, "output folder (created if missing); view_NNN.png in it")
     p.add_argument("--views", type=positive_int, default=8, help="number of orbit views (default 8)")
     p.add_argument("--width", type=positive_int, default=512, help="image width in pixels (default 512)")
