@@ -326,7 +326,7 @@ def test_prune_search_tops_up_a_winner_that_keeps_every_gaussian():
 
     base = variant(1000, 600, 95_000, 2.0)
 
-    def top_up(best, refill_bytes=99_400, refill_error=0.5):
+    def top_up(best, refill_bytes=99_400, refill_error=0.5, allowed=True):
         asked = []
 
         def attempt(m, pin):
@@ -334,7 +334,8 @@ def test_prune_search_tops_up_a_winner_that_keeps_every_gaussian():
             return variant(m, m, refill_bytes, refill_error)
 
         attempt.start = (2, 0)
-        return prune._top_up(best, base, set(), attempt, NS(target=target, refined=lambda v: v is refined)), asked
+        job = NS(target=target, refined=lambda v: v is refined, top_up=allowed)
+        return prune._top_up(best, base, set(), attempt, job), asked
 
     winner, refined = variant(900, 900, 98_000, 1.0), variant(900, 900, 98_000, 1.0)
     best, asked = top_up(winner)
@@ -345,6 +346,8 @@ def test_prune_search_tops_up_a_winner_that_keeps_every_gaussian():
     for left in (variant(900, 500, 98_000, 1.0), variant(900, 900, 99_100, 1.0), base, refined):
         best, asked = top_up(left)
         assert asked == [] and best is left
+    best, asked = top_up(winner, allowed=False)  # an effort without the top-up (fast)
+    assert asked == [] and best is winner
 
 
 def test_refinement_is_kept_only_when_it_renders_closer(asset, monkeypatch):
