@@ -92,8 +92,12 @@ export function readPreamble(bytes: Uint8Array): PgmsVersion;
 
 /** Incremental decoder: push bytes as they arrive; each completed level is decoded at once. */
 export class PgmsStream {
-  /** @param options.fileSize the whole file's size when known (bounds the node count) */
-  constructor(options?: { fileSize?: number });
+  /**
+   * @param options.fileSize the whole file's size when known: bounds the node count, and each
+   *   level is checked against the memory budget max(64 MiB, 256 x fileSize) before it is decoded
+   * @param options.maxMemory the bytes the decode may need instead of that budget
+   */
+  constructor(options?: { fileSize?: number; maxMemory?: number });
   /** null until the HEAD section has arrived */
   readonly header: PgmsHeader | null;
   /** null until the first 12 bytes have arrived */

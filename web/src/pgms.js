@@ -553,9 +553,15 @@ function readPalettes(payload) {
  * once and reported with the scene at that level (terminal nodes of coarser levels + its nodes).
  */
 export class PgmsStream {
-  /** @param {{fileSize?: number}} options fileSize: the whole file's size when known (bounds the node count) */
-  constructor({ fileSize } = {}) {
+  /**
+   * @param {{fileSize?: number, maxMemory?: number}} options fileSize: the whole file's size when
+   *   known (bounds the node count); with it (or maxMemory) each level is checked against the
+   *   memory budget before it is decoded, max(64 MiB, 256 x fileSize) or maxMemory
+   *   (DecodeMemoryError)
+   */
+  constructor({ fileSize, maxMemory } = {}) {
     this.fileSize = fileSize;
+    this._budget = fileSize !== undefined || maxMemory !== undefined ? { fileSize: fileSize ?? 0, maxMemory } : null;
     this.buf = new Uint8Array(1 << 16);
     this.len = 0;
     this.pos = 12; // next section
@@ -691,6 +697,8 @@ export class PgmsStream {
     const n = P.n;
     this.seen += n;
     if (this.seen > h.totalNodes) throw new FormatError(`corrupt .pgms: level ${lv} exceeds the ${h.totalNodes} nodes HEAD declares`);
+    const b = this._budget;
+    if (b) checkMemory(this.seen, h.shDegree, this.shq ? this.shq.k : 0, b.fileSize, b.maxMemory);
     const where = `level ${lv}`;
     const r = new StreamReader(payload, where);
     const fine = lv === h.numLevels - 1;
@@ -923,6 +931,7 @@ export function decodePgms(bytes, { level, maxMemory } = {}) {
   const nodes = declaredNodes(bytes, level);
   if (nodes) checkMemory(nodes.count, nodes.shDegree, nodes.grid, bytes.length, maxMemory);
   const s = new PgmsStream({ fileSize: bytes.length });
+  s._budget = null; // checked above for the levels asked for (the stream would count every level the bytes hold)
   s.push(bytes);
   if (s.header === null) throw new FormatError(`truncated .pgms: ${bytes.length} bytes hold no HEAD section`);
   const want = level === undefined ? s.header.numLevels - 1 : Math.min(level, s.header.numLevels - 1);

@@ -3,7 +3,7 @@
 // FormatError. tests/conformance/ checks the same rules against the Python decoder, file by file.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { crc32, decodePgms, DecodeMemoryError, FormatError } from "../src/pgms.js";
+import { crc32, decodePgms, DecodeMemoryError, FormatError, PgmsStream } from "../src/pgms.js";
 import { decodeBudget, decodeBytesNeeded } from "../src/memory.js";
 
 const GLOBAL = 255;
@@ -133,4 +133,11 @@ test("maxMemory below a file's need refuses it before decoding; a trusted budget
     (e) => e instanceof DecodeMemoryError && e instanceof FormatError && /needs about 24 MiB, more than maxMemory \(1 MiB\)/.test(e.message));
   assert.equal(decodePgms(file(), { maxMemory: 2 ** 26 }).scene.count, 4);
   assert.throws(() => decodePgms(file(), { maxMemory: 0 }), RangeError);
+});
+
+test("a stream of known size (or given maxMemory) checks each level against the budget first", () => {
+  const f = file();
+  assert.throws(() => new PgmsStream({ maxMemory: 2 ** 20 }).push(f), DecodeMemoryError);
+  assert.equal(new PgmsStream({ fileSize: f.length }).push(f).at(-1).scene.count, 4);
+  assert.equal(new PgmsStream().push(f).at(-1).scene.count, 4); // size unknown: no budget
 });

@@ -153,11 +153,12 @@ function show(level, sc, bytes) {
 }
 
 async function run() {
-  const stream = new PgmsStream();
   const res = await fetch(fileUrl);
   if (!res.ok) throw new Error(`${fileUrl}: HTTP ${res.status}`);
   const len = Number(res.headers.get("content-length"));
   if (len) state.total = len;
+  // a known size bounds the node count and the memory each level may need (DecodeMemoryError)
+  const stream = new PgmsStream(len ? { fileSize: len } : {});
   const reader = res.body.getReader();
   state.t0 = performance.now();
   let pending = null;
