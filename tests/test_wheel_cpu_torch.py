@@ -65,8 +65,8 @@ def cpu_venv(tmp_path_factory) -> SimpleNamespace:
     py = venv / "bin" / "python"
     # one resolve: the pin keeps pip from choosing the CUDA torch the wheel's range also allows
     _run([py, "-m", "pip", "install", "-q", CPU_TORCH, wheel], env=env, timeout=1200)
-    probe = _run([py, "-c", "import torch, visionmoe; print(torch.__version__, torch.version.cuda, visionmoe.__file__)"],
-                 cwd=tmp, env=env).stdout.split()
+    code = "import torch, visionmoe; print(torch.__version__, torch.version.cuda, visionmoe.__file__)"
+    probe = _run([py, "-c", code], cwd=tmp, env=env).stdout.split()
     assert probe[0].startswith("2.13.0") and probe[1] == "None", probe
     assert Path(probe[2]).is_relative_to(venv), probe  # the installed wheel, not the checkout
     site = Path(probe[2]).parents[1]
@@ -109,9 +109,11 @@ def test_splat_transform_files_round_trip_under_cpu_torch(cpu_venv, fmt, tmp_pat
     _stderr_is_at_most_the_fallback_warning(r.stderr)
     assert pgms.stat().st_size > 0
     for suffix in ("ply", fmt):
-        r = _run([v.cli, "decompress", pgms, "-o", v.work / f"back_{fmt}.{suffix}", "-q"], cwd=v.work,
-                 env=v.env, timeout=600)
+        r = _run([v.cli, "decompress", pgms, "-o", f"back_{fmt}.{suffix}"], cwd=v.work, env=v.env,
+                 timeout=600)
+        assert r.stdout.startswith(f"wrote back_{fmt}.{suffix}: "), r.stdout
         _stderr_is_at_most_the_fallback_warning(r.stderr)
+        assert r.stderr.strip(), "without --quiet the fallback is announced, once"
     ours = v.work / f"back_{fmt}.{fmt}"
     _splat_transform(ours, tmp_path / "theirs.ply")
     theirs = read_ply(tmp_path / "theirs.ply")
@@ -138,3 +140,11 @@ def test_view_screenshot_under_cpu_torch(cpu_venv):
     shot = iio.imread(v.work / "shot.png")
     assert shot.shape[:2] == (64, 96)
     assert (shot[..., :3].max(-1) > 20).mean() > 0.01  # the scene, not only the black background
+
+
+def test_a_missing_input_is_one_error_line_under_cpu_torch(cpu_venv):
+    v = cpu_venv
+    r = subprocess.run([str(v.cli), "compress", "missing.sog", "-o", "missing.pgms", "-q"], cwd=v.work, env=v.env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.strip() == "visionmoe-splat compress: error: input file missing.sog does not exist", r.stderr
