@@ -55,11 +55,12 @@ def _no_last_resort() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def command_output(level: int, logger_name: str = "visionmoe") -> Iterator[logging.Handler]:
+def command_output(level: int, logger_name: str = "visionmoe", *, keep_stdout: bool = False) -> Iterator[logging.Handler]:
     """For the duration of a command: a stderr handler on ``logger_name`` (one line per record,
     at ``level``: :data:`QUIET`, :data:`NORMAL` or :data:`VERBOSE`), Python warnings turned into
     INFO lines of :data:`WARNINGS_LOGGER`, and stdout discarded when quiet. Everything is
-    restored afterwards, so a command run in-process (tests) leaves no handler behind. Yields
+    restored afterwards, so a command run in-process (tests) leaves no handler behind.
+    ``keep_stdout``: stdout is the data the user asked for (``--json``), kept when quiet. Yields
     the handler (a progress display redirects it so that lines never land on its bar)."""
     log = logging.getLogger(logger_name)
     handler = logging.StreamHandler(sys.stderr)
@@ -71,8 +72,9 @@ def command_output(level: int, logger_name: str = "visionmoe") -> Iterator[loggi
     with contextlib.ExitStack() as stack:
         stack.enter_context(warnings.catch_warnings())
         warnings.showwarning = _log_warning
-        if level == QUIET:
+        if level == QUIET and not keep_stdout:
             stack.enter_context(contextlib.redirect_stdout(stack.enter_context(open(os.devnull, "w"))))
+        if level == QUIET:
             stack.enter_context(_no_last_resort())
         try:
             yield handler

@@ -10,6 +10,7 @@ that flag exists and helps.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -160,6 +161,13 @@ def test_quiet_prints_nothing_but_errors(work, tmp_path, capsys):
         assert captured.out == "" and captured.err == "", (argv, captured)
     assert main(["info", str(tmp_path / "missing.pgms"), "-q"]) == 2
     assert "does not exist" in the_error_line(capsys.readouterr().err, "info")
+
+
+def test_quiet_keeps_the_json_asked_for(work, capsys):
+    """--json is the data the user asked for: printed under -q, with nothing else."""
+    assert main(["info", str(work / "a.pgms"), "--json", "-q"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out.splitlines()[0])["levels"] and captured.err == "", captured
 
 
 def test_view_quiet_prints_nothing_but_errors(work, capsys):

@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
             parser = build_parser()
             args = parser.parse_args(argv)  # usage errors: one line, exit status 2
             command = f"visionmoe-splat {args.command}"
-            with command_output(verbosity(args.quiet, args.verbose)):
+            with command_output(verbosity(args.quiet, args.verbose), keep_stdout=getattr(args, "json", False)):
                 if args.command != "view":  # every other command loads the library (torch, numpy)
                     import_with_signals_held("numpy", "torch")
                 status = int(args.func(args) or 0)

@@ -260,7 +260,7 @@ def add_eval_parser(subparsers) -> None:
     p.add_argument("--seen-views", type=nonnegative_int, default=8,
                    help="of the encoder's own views, how many to score apart, labelled 'seen' (default 8; 0: none)")
     p.add_argument("--eval-size", type=positive_int, default=512, help="comparison view size in pixels (default 512)")
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text (printed with -q too)")
     _add_max_memory(p)
     p.set_defaults(func=cmd_eval)
 
@@ -344,7 +344,7 @@ def add_info_parser(subparsers) -> None:
     p = subparsers.add_parser("info", help="header and sections of .pgms files",
                               description="Print each .pgms file's header fields and section sizes (checks every checksum).")
     p.add_argument("input", nargs="+", help="input .pgms files")
-    p.add_argument("--json", action="store_true", help="print JSON (one object per line per file)")
+    p.add_argument("--json", action="store_true", help="print JSON (one object per line per file; printed with -q too)")
     p.set_defaults(func=cmd_info)
 
 
