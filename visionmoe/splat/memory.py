@@ -9,40 +9,40 @@ from __future__ import annotations
 import os
 import sys
 
-__all__ = ["ENCODE_BASE_BYTES", "ENCODE_BYTES_PER_GAUSSIAN", "EncodeMemoryError", "KEEP_FREED_MEMORY_MAX_GAUSSIANS",
+__all__ = ["ENCODE_BASE_BYTES", "ENCODE_BYTES_PER_GAUSSIAN", "ENCODE_LARGE_BASE_BYTES", "ENCODE_LARGE_BYTES_PER_GAUSSIAN",
+           "EncodeMemoryError", "KEEP_FREED_MEMORY_MAX_GAUSSIANS",
            "check_encode_memory", "encode_memory_needed", "keep_freed_memory", "physical_memory"]
 
 # Scenes up to this size are encoded with ``keep_freed_memory``: the 2M-Gaussian SH3 synthetic
 # scene at 20x peaked at 7.89 GB with it (budget 8 GB) and 6.81 GB without, in the same time.
 KEEP_FREED_MEMORY_MAX_GAUSSIANS = 1_000_000
 
-# Peak RSS of one CPU encode at 20x, bounded as ``a + b(SH) x N`` from ``scripts/bench_scaling.py``
-# on tiled shared scenes (docs/SCALING.md). ``a``: the 100k-Gaussian SH3 peak (2.00 GB, held by
-# the refinement, which only runs on cuts of at most 150k primitives); ``b``: the marginal bytes
-# per Gaussian between the two largest completed SH3 runs (tiled ertz_couch_sh3, 300k: 2.37 GB,
-# 1M: 6.28 GB, both peaking in the pruning search), so every measured run lies under the
-# estimate. SH0 takes the SH3 slope (an upper bound) until measured; degrees 1 and 2 are
-# interpolated on the floats a Gaussian carries (14 + 3 (SH+1)^2).
+# Peak RSS of one CPU encode at 20x, bounded from ``scripts/bench_scaling.py`` on tiled shared
+# scenes (docs/SCALING.md) as two lines that meet at 1M Gaussians, where the command line stops
+# keeping freed memory (``KEEP_FREED_MEMORY_MAX_GAUSSIANS``) and the pruning search stops running
+# two variants at once: up to 1M, 2.00 GB (the 100k SH3 peak, held by the refinement) + 4280 B per
+# Gaussian (through the 1M SH3 peak, 6.28 GB; 300k: 2.37 GB); above, through the 1M and 6M SH3
+# peaks (6M: 15.74 GB, of which 3.1M Gaussians were kept). Every measured run lies on or under
+# it; SH0 scenes measured below SH3 ones (300k: 2.03 GB), so one bound serves every degree.
 ENCODE_BASE_BYTES = 2_000_000_000
-ENCODE_BYTES_PER_GAUSSIAN = {0: 5586, 3: 5586}
+ENCODE_BYTES_PER_GAUSSIAN = 4280
+ENCODE_LARGE_BASE_BYTES = 4_390_000_000  # the line above 1M Gaussians
+ENCODE_LARGE_BYTES_PER_GAUSSIAN = 1892
 
 
 class EncodeMemoryError(ValueError):
     """The encoder's estimated peak memory for a scene is above the allowed limit (one line)."""
 
 
-def _floats(sh_degree: int) -> int:
-    return 14 + 3 * (sh_degree + 1) ** 2
-
-
 def encode_memory_needed(num_gaussians: int, sh_degree: int) -> int:
     """Estimated peak resident memory (bytes) of encoding a scene of ``num_gaussians`` at SH
-    ``sh_degree`` on the CPU (the fitted ``a + b N``)."""
+    ``sh_degree`` on the CPU at 20x (the bound above)."""
     if not 0 <= sh_degree <= 3:
         raise ValueError(f"sh_degree must be 0-3, got {sh_degree}")
-    lo, hi = ENCODE_BYTES_PER_GAUSSIAN[0], ENCODE_BYTES_PER_GAUSSIAN[3]
-    t = (_floats(sh_degree) - _floats(0)) / (_floats(3) - _floats(0))
-    return int(ENCODE_BASE_BYTES + (lo + t * (hi - lo)) * max(int(num_gaussians), 0))
+    n = max(int(num_gaussians), 0)
+    if n <= KEEP_FREED_MEMORY_MAX_GAUSSIANS:
+        return ENCODE_BASE_BYTES + ENCODE_BYTES_PER_GAUSSIAN * n
+    return ENCODE_LARGE_BASE_BYTES + ENCODE_LARGE_BYTES_PER_GAUSSIAN * n
 
 
 def physical_memory() -> int | None:

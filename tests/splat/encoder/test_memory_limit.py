@@ -8,14 +8,20 @@ from visionmoe.splat import memory
 from visionmoe.splat.memory import EncodeMemoryError, check_encode_memory, encode_memory_needed
 
 
-def test_estimate_is_linear_in_n_and_grows_with_the_sh_degree():
-    for sh in range(4):
-        a, b, c = (encode_memory_needed(n, sh) for n in (0, 1_000_000, 2_000_000))
-        assert a == memory.ENCODE_BASE_BYTES
-        assert c - b == b - a > 0
-    per = [encode_memory_needed(1_000_000, sh) for sh in range(4)]
-    assert per == sorted(per)
-    assert encode_memory_needed(1_000_000, 0) - memory.ENCODE_BASE_BYTES == 1_000_000 * memory.ENCODE_BYTES_PER_GAUSSIAN[0]
+def test_estimate_is_two_lines_meeting_at_one_million():
+    m = memory.KEEP_FREED_MEMORY_MAX_GAUSSIANS
+    a, b, c = (encode_memory_needed(n, 3) for n in (0, m // 2, m))
+    assert a == memory.ENCODE_BASE_BYTES and c - b == b - a > 0
+    above = memory.ENCODE_LARGE_BASE_BYTES + memory.ENCODE_LARGE_BYTES_PER_GAUSSIAN * m
+    assert abs(above - c) < 0.01 * c  # continuous where the two meet
+    assert encode_memory_needed(6_000_000, 3) == memory.ENCODE_LARGE_BASE_BYTES + 6_000_000 * 1892
+    assert len({encode_memory_needed(10**6, sh) for sh in range(4)}) == 1
+
+
+@pytest.mark.parametrize("n,peak", [(100_000, 2.00e9), (300_000, 2.37e9), (1_000_000, 6.28e9), (6_000_000, 15.74e9)])
+def test_estimate_covers_every_measured_sh3_peak(n, peak):
+    # docs/SCALING.md: tiled ertz_couch_sh3 at 20x
+    assert encode_memory_needed(n, 3) >= 0.999 * peak
 
 
 def test_a_tiny_limit_is_refused_in_one_line_naming_estimate_and_limit():
