@@ -317,9 +317,9 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
     for sh, ls in ((0, "-"), (3, "--")):
         done = sorted((r for r in rows if r["sh_degree"] == sh and r.get("encode_s")), key=lambda r: r["gaussians"])
         stopped = [r for r in rows if r["sh_degree"] == sh and not r.get("encode_s") and r.get("peak_rss")]
-        for r in stopped:  # a run stopped at the RSS limit: how far it got
+        for r in stopped:  # a run stopped before its end (RSS limit, time): the peak it reached
             ax_m.plot([r["gaussians"]], [r["peak_rss"] / 1e9], "x", ms=9, color="tab:red",
-                      label=once("stopped at the RSS limit"))
+                      label=once("stopped before the end: peak so far"))
         if not done:
             continue
         names = []
