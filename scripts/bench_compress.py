@@ -156,6 +156,8 @@ def main() -> int:
                     help="PGMS's frame (compress(frame=)): the scene's own axes (default) or the world's")
     ap.add_argument("--view-size", type=int, default=None,
                     help="PGMS's contribution view size in pixels (compress(view_size=); default: the encoder's)")
+    ap.add_argument("--effort", choices=("fast", "default", "max"), default="default",
+                    help="PGMS's effort (compress(effort=); default: the encoder's default)")
     ap.add_argument("--no-peers", action="store_true")
     ap.add_argument("--at-peer-size", action="store_true",
                     help="also compress PGMS at each peer's file size (compress(size=peer bytes)) and tabulate "
@@ -168,7 +170,7 @@ def main() -> int:
     if args.view_size is not None and args.view_size < 1:
         print(f"error: --view-size must be a positive number of pixels, got {args.view_size}", file=sys.stderr)
         return 2
-    encoder_kw = {} if args.view_size is None else {"view_size": args.view_size}
+    encoder_kw = {"effort": args.effort} | ({} if args.view_size is None else {"view_size": args.view_size})
     if args.plot_table:
         rows = rows_from_markdown(Path(args.plot_table).read_text())
         if not rows:
