@@ -81,7 +81,7 @@ def test_package_metadata_and_data():
     assert "Apache License" in (REPO / "LICENSE").read_text() and "Version 2.0" in (REPO / "LICENSE").read_text()
     assert (REPO / "visionmoe" / "py.typed").is_file()
     scripts = PYPROJECT["project"]["scripts"]
-    assert scripts == {"visionmoe-splat": "visionmoe.splat.cli:main", "visionmoe-video": "visionmoe.video.cli:main"}
+    assert scripts == {"visionmoe-splat": "visionmoe.splat.cli:run", "visionmoe-video": "visionmoe.video.cli:run"}
     from visionmoe.video.models.tiny import DEFAULT_ASSETS
     from visionmoe.video.models.toy_world import TOY_WORLD_PATH
 

@@ -15,6 +15,7 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator
+from typing import NoReturn
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -54,6 +55,15 @@ def signals_as_exceptions() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous_term)
         if previous_int is not signal.SIG_IGN and previous_int is not None:
             signal.signal(signal.SIGINT, previous_int)
+
+
+def exit_program(status: int) -> NoReturn:
+    """End a command-line program with ``status``: its work is done, so a Ctrl-C or SIGTERM that
+    lands while the interpreter tears down (torch's atexit finalisers) is held back and dropped
+    instead of printing a traceback over a finished command."""
+    if hasattr(signal, "pthread_sigmask") and threading.current_thread() is threading.main_thread():
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    sys.exit(status)
 
 
 def import_with_signals_held(*modules: str) -> None:

@@ -16,7 +16,8 @@ from __future__ import annotations
 import argparse
 
 from ...common.cli import (
-    EXIT_USAGE, CLIError, OneLineParser, exit_status, finish_stdout, import_with_signals_held, signals_as_exceptions,
+    EXIT_USAGE, CLIError, OneLineParser, exit_program, exit_status, finish_stdout, import_with_signals_held,
+    signals_as_exceptions,
 )
 from ...common.cli_output import command_output, verbosity
 from ._common import add_common_options
@@ -24,7 +25,7 @@ from .pgms import PGMS_SUBCOMMANDS
 from .render import add_render_parser
 from .view import add_view_parser
 
-__all__ = ["main", "build_parser", "CLIError", "SUBCOMMANDS", "EXIT_USAGE"]
+__all__ = ["main", "run", "build_parser", "CLIError", "SUBCOMMANDS", "EXIT_USAGE"]
 
 # Subcommand registrars, in the order `--help` lists them.
 SUBCOMMANDS = [add_render_parser, *PGMS_SUBCOMMANDS, add_view_parser]
@@ -81,3 +82,8 @@ def main(argv: list[str] | None = None) -> int:
             if status is None:
                 raise
             return status
+
+
+def run() -> None:
+    """The ``visionmoe-splat`` program: :func:`main` on ``sys.argv``, then exit with its status."""
+    exit_program(main())

@@ -1,7 +1,5 @@
 """`python -m visionmoe.splat.cli ...` runs the visionmoe-splat command line."""
 
-import sys
+from . import run
 
-from . import main
-
-sys.exit(main())
+run()

@@ -21,9 +21,8 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
-import sys
 
-from ...common.cli import CLIError, OneLineParser, exit_status, finish_stdout, signals_as_exceptions
+from ...common.cli import CLIError, OneLineParser, exit_program, exit_status, finish_stdout, signals_as_exceptions
 from ...common.cli_output import NORMAL, QUIET, VERBOSE, command_output
 from . import eval as eval_command
 from . import generate as generate_command
@@ -97,5 +96,10 @@ def main(argv: list[str] | None = None) -> int:
             return status
 
 
+def run() -> None:
+    """The ``visionmoe-video`` program: :func:`main` on ``sys.argv``, then exit with its status."""
+    exit_program(main())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()
