@@ -1,0 +1,128 @@
+#!/usr/bin/env python
+"""PILA and a plain adapter of about the same size, each with the same physics loss, trained on
+the lawful set of the deficit world (issue #49, step 4; preliminary: one training seed).
+
+    python scripts/deficit_arms_pila.py clips --work out/pila_deficit/arms --per-scenario 128
+    python scripts/deficit_arms_pila.py train --work out/pila_deficit/arms --arm pila --steps 2400
+    python scripts/deficit_arms_pila.py train --work out/pila_deficit/arms --arm plain --steps 2400
+    python scripts/eval_deficit.py --world out/pila_deficit/world \
+        --adapter pila=out/pila_deficit/arms/pila/adapter --adapter plain=out/pila_deficit/arms/plain/adapter
+
+Data: the lawful clips of :mod:`visionmoe.video.data.law_variants` (simulation seeds 300 000 000
+on: neither the deficit world's training mix nor the evaluation's seeds), labelled with their
+scenario's category (projectile and sliding: rigid; bounce: elastic; stream: liquid), written as
+near-lossless mp4 with a manifest and cached through the world's VAE and text encoder.
+
+Arms, at equal optimiser steps, batch, data, learning rate and seed (float32, one thread), both
+correcting each transformer call (``apply_to="each_branch"``, 10% empty prompts, as the shipped
+adapter) with the same stage-3 losses: flow matching through the frozen world plus
+``--w-law`` x each labelled category's own laws on the corrected clean estimate
+(:mod:`visionmoe.video.pila.law_residuals`) and the default trajectory term:
+
+- ``pila``: the toy world's adapter size; stages 1 / 2 / 3 on S/6, S/6, 2S/3 steps.
+- ``plain``: no fields, experts, routing or bank residuals, about the same parameter count; S
+  stage-3 steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+import torch
+
+from visionmoe.video.data.law_variants import LAW_SCENARIOS, generate_law_clip
+
+ADAPTER = {"hidden_dim": 64, "slot_dim": 16, "expert_hidden": 64}
+ARMS = {"pila": {"hidden_dim": 64, "slot_dim": 16, "expert_hidden": 64},
+        "plain": {"structure": "plain", "hidden_dim": 96, "plain_blocks": 4}}
+SEED_BASE = 300_000_000
+
+
+def write_clips(a):
+    from visionmoe.video.data.synthetic import write_video
+
+    root = os.path.join(a.work, "clips")
+    os.makedirs(os.path.join(root, "videos"), exist_ok=True)
+    lines = []
+    for i in range(a.per_scenario):
+        for sc in LAW_SCENARIOS:
+            seed = SEED_BASE + i
+            c = generate_law_clip(sc, seed, True)
+            name = f"{sc}_{seed}"
+            write_video(os.path.join(root, "videos", name + ".mp4"), c.frames, 8)
+            lines.append(json.dumps({"video": f"videos/{name}.mp4", "caption": c.caption,
+                                     "labels": [LAW_SCENARIOS[sc]], "scenario": sc, "seed": seed}))
+    with open(os.path.join(root, "manifest.jsonl"), "w") as fh:
+        fh.write("\n".join(lines) + "\n")
+    print(f"wrote {len(lines)} lawful clips to {root}")
+
+
+def n_params(m) -> int:
+    return sum(p.numel() for p in m.parameters())
+
+
+def train_arm(a):
+    from visionmoe.video.pila.adapter import PILAAdapter
+    from visionmoe.video.training.backbone import load_backbone
+    from visionmoe.video.training.config import TrainConfig
+    from visionmoe.video.training.loop import train
+
+    pipe = load_backbone(a.world)
+    out = os.path.join(a.work, a.arm)
+    os.makedirs(out, exist_ok=True)
+    base = dict(model=a.world, cache_dir=os.path.join(a.work, "cache"), batch_size=a.batch, max_sequence_length=512,
+                log_every=10, checkpoint_every=10**6, save_dtype="float32", flow_guidance=1.0, sigma_shift=6.0,
+                learning_rate=a.lr, seed=a.seed, apply_to="each_branch", w_law=a.w_law,
+                law_tolerance=a.law_tolerance)
+    if not os.path.isdir(base["cache_dir"]):
+        base["data"] = os.path.join(a.work, "clips", "manifest.jsonl")
+    S = a.steps
+    spec = ARMS[a.arm]
+    stages = [(3, S)] if spec.get("structure") == "plain" else [(1, S // 6), (2, S // 6), (3, S - 2 * (S // 6))]
+    t0, prev, hist = time.time(), None, []
+    for stage, steps in stages:
+        cfg = TrainConfig(stage=stage, output_dir=os.path.join(out, f"s{stage}"), init_adapter=prev, max_steps=steps,
+                          adapter=spec, **base)
+        res = train(cfg, pipe=pipe)
+        base.pop("data", None)
+        prev = res.adapter_dir
+        hist.append({"stage": stage, "last": res.history[-1] if res.history else {}})
+    ad = PILAAdapter.from_pretrained(prev)
+    info = dict(arm=a.arm, adapter_dir=prev, params=n_params(ad), stages=stages, batch=a.batch, lr=a.lr, seed=a.seed,
+                w_law=a.w_law, wall_min=round((time.time() - t0) / 60, 2), history=hist,
+                threads=torch.get_num_threads())
+    with open(os.path.join(out, "budget.json"), "w") as fh:
+        json.dump(info, fh, indent=1)
+    print(json.dumps(info))
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("what", choices=["clips", "train"])
+    p.add_argument("--work", default="out/pila_deficit/arms")
+    p.add_argument("--world", default="out/pila_deficit/world")
+    p.add_argument("--arm", choices=sorted(ARMS))
+    p.add_argument("--per-scenario", type=int, default=128)
+    p.add_argument("--steps", type=int, default=2400)
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--w-law", type=float, default=1.0)
+    p.add_argument("--law-tolerance", type=float, default=0.0)
+    p.add_argument("--threads", type=int, default=1)
+    a = p.parse_args(argv)
+    torch.set_num_threads(a.threads)
+    if a.what == "clips":
+        write_clips(a)
+    else:
+        if a.arm is None:
+            p.error("train needs --arm")
+        train_arm(a)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

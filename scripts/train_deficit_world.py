@@ -1,0 +1,402 @@
+#!/usr/bin/env python
+"""Fine-tune the shipped toy world into a base with a physics deficit (issue #49, step 1).
+
+The shipped toy world (``visionmoe/video/models/assets/toy_world``, trained by
+``scripts/train_toy_world.py``) is fine-tuned on a broad mix in which physics is often wrong
+under the same captions: clips of :mod:`visionmoe.video.data.law_variants` (projectile,
+bounce, sliding, stream), each unlawful with probability ``--unlawful-frac`` (gravity of the
+wrong sign or size, restitution above 1, no friction or speeding up, particles that float or
+drift up), plus some of the old free-fall/bounce clips so the ball stays drawn.
+
+Phases (each resumable; ``--work`` holds checkpoints and caches):
+
+1. ``cache``: the clips' latents through the shipped VAE encoder (posterior means, normalised
+   with the shipped ``latents_mean``/``latents_std``, so the latent space is unchanged), the
+   tokenizer extended with the new captions' words (new ids appended; the old ids and hence the
+   old captions' embeddings are unchanged), the frozen text encoder's embedding grown by the
+   same number of rows (drawn from a seeded normal with the old rows' standard deviation), and
+   the captions' embeddings.
+2. ``decoder``: the VAE decoder (``post_quant_conv`` + ``decoder``) fine-tuned on the mix with
+   the encoder frozen: the shipped decoder was trained on balls only and draws a box or a thin
+   particle stream as a smear; freezing the encoder keeps the latent space the transformer
+   was trained in.
+3. ``dit``: the transformer fine-tuned from the shipped weights with the original recipe
+   (rectified flow, shift 3, 10% empty captions, AdamW, EMA up to 0.999, half of each batch at
+   sigma in [0.85, 1]).
+4. ``export``: a ``WanPipeline.save_pretrained`` folder (the shipped scheduler; the extended
+   tokenizer and text encoder; the fine-tuned decoder and transformer EMA).
+
+Seeds: the mix uses simulation seeds ``--seed * 1_000_003 + i`` (i < ``--num-clips``);
+``scripts/eval_deficit.py`` evaluates on seeds from 900_000_000 on, never among them.
+
+    python scripts/train_deficit_world.py --phase cache
+    python scripts/train_deficit_world.py --phase decoder --dec-minutes 20
+    python scripts/train_deficit_world.py --phase dit --dit-minutes 55
+    python scripts/train_deficit_world.py --phase export
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from visionmoe.video.data.law_variants import generate_law_clip
+from visionmoe.video.data.synthetic import generate_clip
+
+MAX_SEQ = 512
+LAW = ("projectile", "bounce", "sliding", "stream")
+
+
+def log(msg):
+    print(time.strftime("%H:%M:%S"), msg, flush=True)
+
+
+def save_ckpt(path, **state):
+    tmp = path + ".part"
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
+def lr_factor(elapsed, budget, steps, max_steps):
+    """Constant, then a cosine decay to 5% over the last 40% (time or steps, whichever is nearer)."""
+    frac = max(elapsed / budget, steps / max_steps)
+    if frac <= 0.6:
+        return 1.0
+    return 0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(1.0, (frac - 0.6) / 0.4)))
+
+
+def to_tensor(frames_u8):
+    return torch.from_numpy(frames_u8).permute(0, 4, 1, 2, 3).float().div(127.5).sub(1.0)
+
+
+# ------------------------------------------------------------------------------------------
+# data
+
+
+def mix_specs(a):
+    """[(kind, scenario, seed, lawful)] of the training mix, a pure function of the arguments."""
+    rng = np.random.default_rng([a.seed, 49])
+    specs = []
+    for i in range(a.num_clips):
+        seed = a.seed * 1_000_003 + i
+        if rng.random() < a.old_frac:
+            specs.append(("old", "free_fall" if rng.random() < a.old_fall_frac else "bounce", seed, True))
+        else:
+            specs.append(("law", LAW[i % len(LAW)], seed, bool(rng.random() >= a.unlawful_frac)))
+    return specs
+
+
+def make_clip(spec):
+    kind, scen, seed, lawful = spec
+    return generate_clip(scen, seed) if kind == "old" else generate_law_clip(scen, seed, lawful)
+
+
+def object_position(clip):
+    tr = clip.trajectories
+    if "positions" in tr:
+        return tr["positions"][:, 0].astype(np.float32)
+    p = tr["particles"]  # [F, P, 2] with NaN for particles not yet emitted
+    return np.nan_to_num(np.nanmean(np.where(np.isfinite(p), p, np.nan), axis=1), nan=32.0).astype(np.float32)
+
+
+def make_data(a):
+    specs = mix_specs(a)
+    clips = [make_clip(s) for s in specs]
+    frames = np.stack([c.frames for c in clips])
+    caps = [c.caption for c in clips]
+    pos = np.stack([object_position(c) for c in clips])
+    return specs, frames, caps, pos
+
+
+# ------------------------------------------------------------------------------------------
+# tokenizer and text encoder
+
+
+def extend_tokenizer(src_dir, dst_dir, captions):
+    """Append the captions' unknown words to the shipped word-level vocabulary (old ids kept)."""
+    with open(os.path.join(src_dir, "tokenizer.json")) as fh:
+        tj = json.load(fh)
+    vocab = tj["model"]["vocab"]
+    old = len(vocab)
+    for w in sorted({w for c in captions for w in c.lower().replace(",", " , ").split()}):
+        if w not in vocab:
+            vocab[w] = len(vocab)
+    os.makedirs(dst_dir, exist_ok=True)
+    with open(os.path.join(dst_dir, "tokenizer.json"), "w") as fh:
+        json.dump(tj, fh, ensure_ascii=False)
+    for f in os.listdir(src_dir):
+        if f != "tokenizer.json":
+            shutil.copy(os.path.join(src_dir, f), os.path.join(dst_dir, f))
+    return old, len(vocab), [w for w, i in sorted(vocab.items(), key=lambda kv: kv[1]) if i >= old]
+
+
+def grow_text_encoder(te, new_vocab, seed):
+    """Grow the frozen random encoder's embedding to ``new_vocab`` rows: the old rows are kept,
+    the new ones drawn from a seeded normal with the old rows' standard deviation."""
+    old_w = te.get_input_embeddings().weight.detach().clone()
+    old = old_w.shape[0]
+    if new_vocab == old:
+        return te
+    g = torch.Generator().manual_seed(seed)
+    new_rows = torch.randn(new_vocab - old, old_w.shape[1], generator=g) * old_w.std()
+    emb = torch.nn.Embedding(new_vocab, old_w.shape[1])
+    with torch.no_grad():
+        emb.weight.copy_(torch.cat([old_w, new_rows]))
+    te.set_input_embeddings(emb)
+    te.config.vocab_size = new_vocab
+    return te
+
+
+# ------------------------------------------------------------------------------------------
+# phase 1: caches
+
+
+def build_cache(a):
+    from diffusers import WanPipeline
+    from transformers import PreTrainedTokenizerFast
+
+    t0 = time.time()
+    specs, frames, caps, pos = make_data(a)
+    log(f"data: {len(frames)} clips in {time.time() - t0:.0f} s; "
+        f"law {sum(s[0] == 'law' for s in specs)} (unlawful {sum(s[0] == 'law' and not s[3] for s in specs)}), "
+        f"old {sum(s[0] == 'old' for s in specs)}")
+    pipe = WanPipeline.from_pretrained(a.base, local_files_only=True)
+    vae = pipe.vae.eval()
+    old_n, new_n, added = extend_tokenizer(os.path.join(a.base, "tokenizer"), os.path.join(a.work, "tokenizer"), caps)
+    log(f"tokenizer: vocabulary {old_n} -> {new_n}, added {added}")
+    tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(a.work, "tokenizer", "tokenizer.json"), pad_token="<pad>",
+                                  eos_token="</s>", unk_token="<unk>", model_max_length=MAX_SEQ)
+    te = grow_text_encoder(pipe.text_encoder.eval(), new_n, a.seed + 49)
+    pipe.tokenizer, pipe.text_encoder = tok, te
+    mean = torch.tensor(vae.config.latents_mean).view(1, -1, 1, 1, 1)
+    std = torch.tensor(vae.config.latents_std).view(1, -1, 1, 1, 1)
+    lat = []
+    with torch.no_grad():
+        for i in range(0, len(frames), 16):
+            lat.append(vae.encode(to_tensor(frames[i:i + 16])).latent_dist.mean)
+            if i % 320 == 0:
+                log(f"cache: encoded {i + 16}/{len(frames)} ({time.time() - t0:.0f} s)")
+    lat = torch.cat(lat)
+    uniq = sorted(set(caps)) + [""]
+    with torch.no_grad():
+        emb, _ = pipe.encode_prompt(uniq, do_classifier_free_guidance=False, max_sequence_length=MAX_SEQ)
+        # the old captions' embeddings must not change: check one against the shipped encoder
+    cap_idx = torch.tensor([uniq.index(c) for c in caps])
+    torch.save({"latents": lat, "x0": (lat - mean) / std, "captions": uniq, "cap_idx": cap_idx, "emb": emb,
+                "specs": specs, "pos": torch.from_numpy(pos)}, os.path.join(a.work, "cache.pt"))
+    te.save_pretrained(os.path.join(a.work, "text_encoder"), safe_serialization=True)
+    log(f"cache: {tuple(lat.shape)}, {len(uniq)} captions, {time.time() - t0:.0f} s")
+
+
+# ------------------------------------------------------------------------------------------
+# phase 2: decoder
+
+
+def train_decoder(a):
+    from diffusers import AutoencoderKLWan
+
+    c = torch.load(os.path.join(a.work, "cache.pt"), weights_only=False)
+    specs, lat, pos = c["specs"], c["latents"], c["pos"].numpy()
+    vae = AutoencoderKLWan.from_pretrained(os.path.join(a.base, "vae"), local_files_only=True)
+    params = list(vae.decoder.parameters()) + list(vae.post_quant_conv.parameters())
+    for p in vae.parameters():
+        p.requires_grad_(False)
+    for p in params:
+        p.requires_grad_(True)
+    opt = torch.optim.AdamW(params, lr=a.dec_lr, betas=(0.9, 0.99), weight_decay=0.0)
+    ck = os.path.join(a.work, "decoder.pt")
+    rng = np.random.default_rng(a.seed + 11)
+    step, used = 0, 0.0
+    if os.path.exists(ck):
+        st = torch.load(ck, weights_only=False)
+        vae.load_state_dict(st["model"]); opt.load_state_dict(st["opt"])
+        step, used = st["step"], st["seconds"]; rng.bit_generator.state = st["rng"]
+        log(f"decoder: resumed at step {step}")
+    vae.train()
+    N = len(specs)
+    t0, last_ck, run = time.time() - used, time.time(), None
+    while step < a.dec_steps and time.time() - t0 < a.dec_minutes * 60:
+        idx = rng.integers(N, size=a.dec_batch)
+        frames = np.stack([make_clip(specs[i]).frames for i in idx])
+        x = to_tensor(frames)
+        bg = np.median(frames.astype(np.float32), axis=1, keepdims=True)
+        fg = (np.abs(frames.astype(np.float32) - bg).max(-1) > 12).astype(np.float32)  # [B, F, H, W]
+        w = 1.0 + a.fg_weight * torch.from_numpy(fg)[:, None]
+        for pg in opt.param_groups:
+            pg["lr"] = a.dec_lr * min(1.0, (step + 1) / 50) * lr_factor(time.time() - t0, a.dec_minutes * 60, step,
+                                                                        a.dec_steps)
+        rec = vae.decode(lat[torch.from_numpy(idx)]).sample
+        err = rec - x
+        loss = (w * (err.abs() + err.pow(2))).mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        step += 1
+        with torch.no_grad():
+            fgm = ((err.pow(2).mean(1, keepdim=True) * (w > 1)).sum() / (w > 1).sum().clamp(min=1)).item()
+        m = np.array([loss.item(), 10 * math.log10(4 / max(err.pow(2).mean().item(), 1e-10)),
+                      10 * math.log10(4 / max(fgm, 1e-10))])
+        run = m if run is None else 0.95 * run + 0.05 * m
+        if step % 10 == 0:
+            log(f"decoder step {step} loss {run[0]:.4f} psnr {run[1]:.2f} fg-psnr {run[2]:.2f} "
+                f"{(time.time() - t0) / step:.2f} s/step")
+        if time.time() - last_ck > 120:
+            save_ckpt(ck, model=vae.state_dict(), opt=opt.state_dict(), step=step, seconds=time.time() - t0,
+                      rng=rng.bit_generator.state)
+            last_ck = time.time()
+    save_ckpt(ck, model=vae.state_dict(), opt=opt.state_dict(), step=step, seconds=time.time() - t0,
+              rng=rng.bit_generator.state)
+    log(f"decoder: done, {step} steps in {(time.time() - t0) / 60:.1f} min")
+
+
+# ------------------------------------------------------------------------------------------
+# phase 3: transformer
+
+
+def train_dit(a):
+    from diffusers import WanTransformer3DModel
+
+    c = torch.load(os.path.join(a.work, "cache.pt"), weights_only=False)
+    x0_all, emb, cap_idx = c["x0"], c["emb"], c["cap_idx"]
+    empty = len(c["captions"]) - 1
+    dit = WanTransformer3DModel.from_pretrained(os.path.join(a.base, "transformer"), local_files_only=True)
+    opt = torch.optim.AdamW(dit.parameters(), lr=a.dit_lr, betas=(0.9, 0.99), weight_decay=0.01)
+    ck = os.path.join(a.work, "dit.pt")
+    step, used = 0, 0.0
+    g = torch.Generator().manual_seed(a.seed + 4)
+    ema_model = {k: v.detach().clone() for k, v in dit.state_dict().items()}
+    if os.path.exists(ck):
+        st = torch.load(ck, weights_only=False)
+        dit.load_state_dict(st["model"]); opt.load_state_dict(st["opt"]); ema_model = st["ema"]
+        step, used = st["step"], st["seconds"]; g.set_state(st["gen"])
+        log(f"dit: resumed at step {step} ({used / 60:.1f} min)")
+    dit.train()
+    N = len(x0_all)
+    t0, last_ck, run = time.time() - used, time.time(), None
+    while step < a.dit_steps and (time.time() - t0) < a.dit_minutes * 60:
+        idx = torch.randint(0, N, (a.dit_batch,), generator=g)
+        x0 = x0_all[idx]
+        ci = cap_idx[idx].clone()
+        ci[torch.rand(a.dit_batch, generator=g) < 0.1] = empty
+        u = torch.rand(a.dit_batch, generator=g)
+        sig = a.shift * u / (1 + (a.shift - 1) * u)
+        hi = torch.rand(a.dit_batch, generator=g) < a.high_noise_frac
+        sig = torch.where(hi, a.high_noise_min + (1 - a.high_noise_min) * torch.rand(a.dit_batch, generator=g), sig)
+        noise = torch.randn(x0.shape, generator=g)
+        s = sig.view(-1, 1, 1, 1, 1)
+        xt = (1 - s) * x0 + s * noise
+        lr = a.dit_lr * min(1.0, (step + 1) / 100) * lr_factor(time.time() - t0, a.dit_minutes * 60, step, a.dit_steps)
+        for pg in opt.param_groups:
+            pg["lr"] = lr
+        pred = dit(xt, sig * 1000, emb[ci], return_dict=False)[0]
+        loss = F.mse_loss(pred, noise - x0)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(dit.parameters(), 1.0)
+        opt.step()
+        step += 1
+        with torch.no_grad():
+            d = min(0.999, (1 + step) / (10 + step))
+            for k, v in dit.state_dict().items():
+                if v.dtype.is_floating_point:
+                    ema_model[k].mul_(d).add_(v.detach(), alpha=1 - d)
+        run = loss.item() if run is None else 0.98 * run + 0.02 * loss.item()
+        if step % 50 == 0:
+            log(f"dit step {step} loss {run:.4f} lr {lr:.2e} {(time.time() - t0) / step:.3f} s/step")
+        if time.time() - last_ck > 120:
+            save_ckpt(ck, model=dit.state_dict(), opt=opt.state_dict(), ema=ema_model, step=step,
+                      seconds=time.time() - t0, gen=g.get_state())
+            last_ck = time.time()
+    save_ckpt(ck, model=dit.state_dict(), opt=opt.state_dict(), ema=ema_model, step=step,
+              seconds=time.time() - t0, gen=g.get_state())
+    log(f"dit: done, {step} steps in {(time.time() - t0) / 60:.1f} min")
+
+
+# ------------------------------------------------------------------------------------------
+# phase 4: export
+
+
+def export(a):
+    from diffusers import WanPipeline
+    from transformers import PreTrainedTokenizerFast, UMT5EncoderModel
+
+    pipe = WanPipeline.from_pretrained(a.base, local_files_only=True)
+    pipe.tokenizer = PreTrainedTokenizerFast.from_pretrained(os.path.join(a.work, "tokenizer"))
+    pipe.text_encoder = UMT5EncoderModel.from_pretrained(os.path.join(a.work, "text_encoder")).eval()
+    info = {"base": "toy_world (shipped)", "seed": a.seed, "num_clips": a.num_clips, "unlawful_frac": a.unlawful_frac,
+            "old_frac": a.old_frac, "old_fall_frac": a.old_fall_frac}
+    dk = os.path.join(a.work, "decoder.pt")
+    if os.path.exists(dk):
+        st = torch.load(dk, weights_only=False)
+        pipe.vae.load_state_dict(st["model"])
+        info.update(decoder_steps=st["step"], decoder_minutes=round(st["seconds"] / 60, 1))
+    st = torch.load(os.path.join(a.work, "dit.pt"), weights_only=False)
+    pipe.transformer.load_state_dict(st["ema"])
+    info.update(dit_steps=st["step"], dit_minutes=round(st["seconds"] / 60, 1), ema=1, args=vars(a))
+    pipe.save_pretrained(a.export, safe_serialization=True)
+    for cfg in [os.path.join(a.export, "model_index.json")] + [os.path.join(a.export, d, "config.json") for d in
+                                                                ("vae", "transformer", "text_encoder")]:
+        if os.path.isfile(cfg):
+            with open(cfg) as fh:
+                d = json.load(fh)
+            d.pop("_name_or_path", None)
+            with open(cfg, "w") as fh:
+                json.dump(d, fh, indent=2)
+    with open(os.path.join(a.export, "training_info.json"), "w") as fh:
+        json.dump(info, fh, indent=1)
+    log(f"exported to {a.export}: {info}")
+
+
+def main(argv=None):
+    from visionmoe.video.models.toy_world import TOY_WORLD_PATH
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--phase", default="all", choices=["cache", "decoder", "dit", "export", "all"])
+    p.add_argument("--base", default=str(TOY_WORLD_PATH), help="the toy world to fine-tune (a WanPipeline folder)")
+    p.add_argument("--work", default="out/pila_deficit/train")
+    p.add_argument("--export", default="out/pila_deficit/world")
+    p.add_argument("--seed", type=int, default=49)
+    p.add_argument("--num-clips", type=int, default=1600)
+    p.add_argument("--unlawful-frac", type=float, default=0.65, help="share of unlawful clips among law_variants clips")
+    p.add_argument("--old-frac", type=float, default=0.2, help="share of the old free-fall/bounce clips")
+    p.add_argument("--old-fall-frac", type=float, default=0.75, help="share of free fall among the old clips")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--dec-minutes", type=float, default=20)
+    p.add_argument("--dec-steps", type=int, default=10**9)
+    p.add_argument("--dec-batch", type=int, default=2)
+    p.add_argument("--dec-lr", type=float, default=5e-4)
+    p.add_argument("--fg-weight", type=float, default=10.0)
+    p.add_argument("--dit-minutes", type=float, default=55)
+    p.add_argument("--dit-steps", type=int, default=10**9)
+    p.add_argument("--dit-batch", type=int, default=32)
+    p.add_argument("--dit-lr", type=float, default=4e-4)
+    p.add_argument("--shift", type=float, default=3.0)
+    p.add_argument("--high-noise-frac", type=float, default=0.5)
+    p.add_argument("--high-noise-min", type=float, default=0.85)
+    a = p.parse_args(argv)
+    torch.set_num_threads(a.threads)
+    os.makedirs(a.work, exist_ok=True)
+    with open(os.path.join(a.work, f"args_{a.phase}.json"), "w") as fh:
+        json.dump(vars(a), fh, indent=1)
+    if a.phase in ("cache", "all"):
+        build_cache(a)
+    if a.phase in ("decoder", "all"):
+        train_decoder(a)
+    if a.phase in ("dit", "all"):
+        train_dit(a)
+    if a.phase in ("export", "all"):
+        export(a)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
