@@ -6,6 +6,7 @@
 #endif
 
 #include "codec/rans.h"
+#include "codec/zstd_check.h"
 #include "raster/raster.h"
 #include "routing/routing.h"
 
@@ -59,10 +60,12 @@ py::dict build_info() {
   m.def("rasterize_fwd", &ns::rasterize_fwd, kReleaseGil); \
   m.def("rasterize_bwd", &ns::rasterize_bwd, kReleaseGil);
 
-// CPU only: the .pgms entropy coder (one sequential chain per lane).
-#define VM_BIND_CODEC(m, ns)                               \
-  m.def("rans_encode", &ns::rans_encode, kReleaseGil);     \
-  m.def("rans_decode", &ns::rans_decode, kReleaseGil);
+// CPU only: the .pgms entropy coder (one sequential chain per lane) and the strict check of a
+// zstd frame's Huffman literal streams.
+#define VM_BIND_CODEC(m, ns)                                             \
+  m.def("rans_encode", &ns::rans_encode, kReleaseGil);                   \
+  m.def("rans_decode", &ns::rans_decode, kReleaseGil);                   \
+  m.def("zstd_literals_check", &ns::zstd_literals_check, kReleaseGil);
 
 }  // namespace
 

@@ -1,4 +1,5 @@
-"""Shared compiled ops: routing (this module) and Gaussian rasterisation.
+"""Shared compiled ops: routing (this module), Gaussian rasterisation and the strict zstd
+literals check.
 
 Each op is a public function validating its arguments, a private autograd Function, a C++
 (OpenMP) and a CUDA kernel in ``visionmoe._C``, and a pure-PyTorch reference of the same
@@ -18,12 +19,14 @@ from .routing import (
     segment_moments,
     topk_route,
 )
+from .zstd_literals import ZstdLiteralsError, zstd_literals_check
 
 __all__ = [
     "ExtensionNotBuiltError",
     "RasterOutput",
     "RouterOutput",
     "RoutingPlan",
+    "ZstdLiteralsError",
     "build_info",
     "combine",
     "dispatch",
@@ -33,4 +36,5 @@ __all__ = [
     "routing_plan",
     "segment_moments",
     "topk_route",
+    "zstd_literals_check",
 ]

@@ -95,6 +95,8 @@ def _zstd_frame_length(b: bytes) -> int:
 def zstd_decompress(b: bytes, size: int) -> bytes:
     import zstandard
 
+    from ...ops.zstd_literals import ZstdLiteralsError, zstd_literals_check
+
     if size > _ZSTD_MAX_EXPANSION * len(b) + 64:
         raise FormatError(f"zstd stream of {len(b)} bytes cannot hold the {size} bytes it claims")
     end = _zstd_frame_length(b) if size else len(b)
@@ -112,6 +114,12 @@ def zstd_decompress(b: bytes, size: int) -> bytes:
         raise FormatError(f"corrupt zstd stream ({exc})") from None
     if len(out) != size:
         raise FormatError(f"zstd stream decoded to {len(out)} bytes, expected {size}")
+    # libzstd's fast Huffman path (64-bit hosts) decodes literal streams that do not end exactly
+    # at their last bit; RFC 8878, its portable path and fzstd refuse them: so does this decoder
+    try:
+        zstd_literals_check(b)
+    except ZstdLiteralsError as exc:
+        raise FormatError(f"corrupt zstd stream ({exc})") from None
     return out
 
 
