@@ -64,3 +64,22 @@ def test_compress_command_refuses_a_scene_above_max_memory_in_one_line(tmp_path,
     assert len(err) == 1 and "Traceback" not in err[0], err
     assert "needs about" in err[0] and "--max-memory of 0.00 GB" in err[0]
     assert not out.exists()
+
+
+def test_library_compress_honours_max_memory_before_any_work(monkeypatch):
+    from pgms_helpers import ASSET
+
+    from visionmoe.splat import compress
+    from visionmoe.splat.encoder import compress as compress_module
+
+    def never(*a, **k):
+        raise AssertionError("encoded although the scene cannot fit")
+
+    monkeypatch.setattr(compress_module, "_encode", never)
+    with pytest.raises(EncodeMemoryError, match="needs about"):
+        compress(ASSET, max_memory=1000)
+    with pytest.raises(ValueError, match="max_memory must be a positive number of bytes"):
+        compress(ASSET, max_memory=True)
+    monkeypatch.undo()
+    small = compress(ASSET, max_memory=10**12, effort="fast", num_views=4, view_size=32, coverage_views=2)
+    assert small.nbytes > 0

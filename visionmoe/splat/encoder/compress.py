@@ -20,6 +20,7 @@ import torch
 
 from ...common.files import atomic_write_bytes
 from ..io import GaussianScene, read_ply
+from ..memory import check_encode_memory
 from ..pgms.decode import decode_budget, memory_needed
 from . import prune, refine, rung_search
 from .allocator import Preset
@@ -132,6 +133,7 @@ def compress(
     progress: bool | ProgressFn = False,
     seed: int = 0,
     effort: str = "default",
+    max_memory: int | None = None,
 ) -> CompressResult:
     """Compress a 3DGS scene to .pgms bytes under one target.
 
@@ -173,22 +175,28 @@ def compress(
     8 views of 512 px), ``default`` the same steps on 4 views, ``fast`` neither the pruning search nor
     the refinement. ``progress``: True shows a tqdm bar; a callable receives ``(stage, done,
     total)`` with ``total`` the whole encode's steps, fixed before the first call, and ``done``
-    growing to it (``stages.Progress``).
-    """
+    growing to it (``stages.Progress``). ``max_memory`` (bytes): refuse a scene whose estimated
+    peak is above it before encoding (``memory.EncodeMemoryError``); None checks nothing."""
     opts = EncodeOptions(ratio=ratio, size=size, psnr=psnr, cameras=cameras, device=device,
                          contributions=contributions, num_views=num_views, view_size=view_size,
                          coverage_views=coverage_views, up=up, frame=frame, preset=preset,
                          refine_steps=refine_steps, prune_threshold=prune_threshold, verify_views=verify_views,
-                         verify_candidates=verify_candidates, prune_search=prune_search, seed=seed,
-                         effort=effort)
+                         verify_candidates=verify_candidates, prune_search=prune_search, seed=seed, effort=effort,
+                         max_memory=max_memory)
     prog = Progress(progress)
     try:
-        guarded = guard_input(_load(scene_or_path))
-        result = _encode(guarded.scene, opts, prog)
-        result.clamped_log_scales = guarded.clamped_log_scales
-        return result
+        guarded = _guarded(scene_or_path, opts.max_memory)
+        return replace(_encode(guarded.scene, opts, prog), clamped_log_scales=guarded.clamped_log_scales)
     finally:
         prog.close()
+
+
+def _guarded(scene_or_path, max_memory):
+    """The input scene, read and guarded (``guards.guard_input``), refused if it cannot fit."""
+    guarded = guard_input(_load(scene_or_path))
+    if max_memory is not None:
+        check_encode_memory(guarded.scene.num_gaussians, guarded.scene.sh_degree, max_memory)
+    return guarded
 
 
 @dataclass

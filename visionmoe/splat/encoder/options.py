@@ -64,9 +64,13 @@ class EncodeOptions:
     verify_candidates: int = 3
     prune_search: int | None = None  # None: the effort's
     seed: int = 0
+    max_memory: int | None = None
     effort: str = "default"
 
     def __post_init__(self):
+        m = self.max_memory
+        if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
+            raise ValueError(f"max_memory must be a positive number of bytes, got {m!r}")
         ratio, size, psnr = self.ratio, self.size, self.psnr
         if sum(t is not None for t in (ratio, size, psnr)) > 1:
             raise ValueError("give at most one of ratio=, size=, psnr=")
