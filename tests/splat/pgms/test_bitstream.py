@@ -165,3 +165,18 @@ def test_zstd_frame_declaring_another_size_is_a_format_error():
     with pytest.raises(bs.FormatError, match="declares 500 bytes, expected 400"):
         zstd_decompress(frame, 400)
     assert zstd_decompress(frame, 500) == b"x" * 500
+
+
+def test_a_memoised_stream_is_the_fresh_encode_byte_for_byte():
+    from visionmoe.splat.pgms import bitstream as bs
+    from visionmoe.splat.pgms.stream_memo import _Memo
+
+    rng = np.random.default_rng(3)
+    v = rng.integers(-300, 300, 5000)
+    fresh = bs.encode_ints.__wrapped__(v, coders=bs.ALL_CODERS)
+    assert bs.encode_ints(v) == fresh and bs.encode_ints(v.copy()) == fresh  # a miss, then a hit
+    assert bs.encode_ints(v[:-1]) != fresh  # other values, another key
+    memo = _Memo(max_bytes=100)
+    for i in range(20):
+        memo.put((i,), bytes(10))
+    assert memo.size <= 100 and memo.get((0,)) is None and memo.get((19,)) == bytes(10)  # bounded, LRU

@@ -294,3 +294,40 @@ def test_compiled_loops_check_their_arguments():
         compiled_ops.rans_encode(np.array([0, 2]), freqs, 8, 3)
     with pytest.raises(RuntimeError, match="lane state"):
         compiled_ops.rans_decode(np.array([5]), np.zeros(0, np.uint16), freqs, 8, 1)
+
+
+def _varint_table_loop(freqs) -> bytes:
+    """The table layout written one value at a time: the reference of the vectorised writer."""
+    out, fl, i = bytearray(), [int(x) for x in freqs], 0
+
+    def put(v):
+        while v >= 0x80:
+            out.append((v & 0x7F) | 0x80)
+            v >>= 7
+        out.append(v)
+
+    while i < len(fl):
+        if fl[i] == 0:
+            j = i
+            while j < len(fl) and fl[j] == 0:
+                j += 1
+            put(0)
+            put(j - i - 1)
+            i = j
+        else:
+            put(fl[i])
+            i += 1
+    return bytes(out)
+
+
+def test_vectorised_frequency_table_matches_the_loop_byte_for_byte():
+    rng = np.random.default_rng(7)
+    cases = [np.zeros(0, np.int64), np.zeros(1, np.int64), np.zeros(300, np.int64), np.array([1 << 20]),
+             np.array([0, 0, 5, 0]), np.array([127, 128, 16383, 16384, 0, 1])]
+    for _ in range(300):
+        n = int(rng.integers(1, 3000))
+        f = rng.integers(0, 1 << int(rng.integers(1, 22)), n)
+        f[rng.random(n) < rng.random()] = 0  # zero runs of every length
+        cases.append(f)
+    for f in cases:
+        assert rans._varint_table(f) == _varint_table_loop(f)

@@ -35,6 +35,7 @@ from .coders import (_SLOW_CODER_LIMIT, ALL_CODERS, CODER_LZMA, CODER_NAMES, COD
                      zstd_compress, zstd_decompress, lzma_decompress, rans_decode)
 # (Quantizer, ShGrid, Palettes, identity_frames, decorrelate_dc... are re-exported:
 # ``bitstream`` stays the one import for the format's types.)
+from .stream_memo import memoized_stream
 from .file_transform import XFRM, FileTransform  # noqa: F401 (re-exported: section XFRM)
 from .quantize import (MAX_ABS_DC_TABLE, MAX_ABS_LOG_SCALE, MAX_PALETTE, PALETTE_CHANNELS, PALETTE_NONE,
                        PALETTE_PREDICTED, DecodedLevel, Palettes, Parents, Quantizer, ShapeTable, ShGrid, Tables, correlate_dc, decorrelate_dc, dequantize_level,
@@ -132,6 +133,7 @@ def iter_sections(data: bytes | memoryview, start: int = 12):
 # --------------------------------------------------------------------------- streams
 
 
+@memoized_stream  # the searches code unchanged streams again (stream_memo)
 def encode_ints(values: np.ndarray, *, coders: tuple[int, ...] = ALL_CODERS) -> bytes:
     """Code a signed integer array with whichever coder is smallest (ties: lowest coder id).
 

@@ -101,30 +101,37 @@ def quantize_frequencies(counts: np.ndarray, precision: int) -> np.ndarray:
 
 
 def _varint_table(freqs: np.ndarray) -> bytes:
-    """freq 0 runs as ``0, run - 1``; other frequencies as themselves; LEB128 varints."""
-    out = bytearray()
-    i, n = 0, len(freqs)
-    fl = freqs.tolist()
-    while i < n:
-        v = fl[i]
-        if v == 0:
-            j = i
-            while j < n and fl[j] == 0:
-                j += 1
-            _put_varint(out, 0)
-            _put_varint(out, j - i - 1)
-            i = j
-        else:
-            _put_varint(out, v)
-            i += 1
-    return bytes(out)
+    """freq 0 runs as ``0, run - 1``; other frequencies as themselves; LEB128 varints. Vectorised:
+    tables of 64k symbols are written for every candidate encode of the rung search."""
+    f = np.asarray(freqs, np.int64).reshape(-1)
+    if f.size == 0:
+        return b""
+    zero = f == 0
+    starts = zero & np.concatenate(([True], ~zero[:-1]))  # first zero of each run
+    kept = np.flatnonzero(~zero | starts)
+    ends = np.flatnonzero(zero & np.concatenate((~zero[1:], [True])))  # last zero of each run
+    run_len = ends - np.flatnonzero(starts)  # run - 1
+    is_run = zero[kept]
+    tokens = np.empty(len(kept) + int(is_run.sum()), np.int64)
+    pos = np.arange(len(kept)) + np.concatenate(([0], np.cumsum(is_run)[:-1]))
+    tokens[pos] = np.where(is_run, 0, f[kept])
+    tokens[pos[is_run] + 1] = run_len
+    return _leb128(tokens)
 
 
-def _put_varint(out: bytearray, v: int) -> None:
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
+def _leb128(values: np.ndarray) -> bytes:
+    """Unsigned LEB128 of each value, concatenated (7 bits a byte, low first, 0x80 = more)."""
+    v = values.astype(np.uint64)
+    nbytes = np.ones(len(v), np.int64)
+    rest = v >> np.uint64(7)
+    while rest.any():
+        nbytes += rest > 0
+        rest >>= np.uint64(7)
+    owner = np.repeat(np.arange(len(v)), nbytes)
+    k = np.arange(len(owner)) - np.repeat(np.cumsum(nbytes) - nbytes, nbytes)
+    byte = (v[owner] >> (np.uint64(7) * k.astype(np.uint64))) & np.uint64(0x7F)
+    more = k < nbytes[owner] - 1
+    return (byte | (more.astype(np.uint64) << np.uint64(7))).astype(np.uint8).tobytes()
 
 
 def _parse_table(b: bytes, alphabet: int, precision: int) -> np.ndarray:
