@@ -192,10 +192,10 @@ def main() -> int:
         ref_bytes = reference_ply_bytes(scene.num_gaussians, scene.sh_degree)
         frame = scene_frame(scene)
         cams = heldout_cameras(scene, num_views=args.views, size=args.size)
-        enc_cams = encoder_cameras(scene, frame=args.frame)  # every pose the encoder renders (contributions, checks, refinement)
+        enc_cams = encoder_cameras(scene, frame=args.frame, effort=args.effort or "default")  # every pose the encoder renders (contributions, checks, refinement)
         separation = check_disjoint(cams, enc_cams, frame.size)  # raises if a held-out view is one of them
         ref = render_all(scene, cams)
-        orbit = len(encoder_cameras(scene, coverage_views=0, frame=args.frame))  # "seen": the orbit poses, as before
+        orbit = len(encoder_cameras(scene, coverage_views=0, frame=args.frame, effort=args.effort or "default"))  # "seen": the orbit poses, as before
         idx = torch.linspace(0, orbit - 1, max(1, min(args.seen_views, orbit))).round().long().tolist()
         seen = enc_cams[idx].scaled(args.size / enc_cams.width)
         seen_ref = render_all(scene, seen)

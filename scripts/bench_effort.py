@@ -77,7 +77,8 @@ def bench_scene(path: Path, tool, args, tmp: Path) -> list[dict]:
     name = path.name.removesuffix(".ply")
     ref_bytes = reference_ply_bytes(scene.num_gaussians, scene.sh_degree)
     cams = heldout_cameras(scene, num_views=args.views, size=args.size)
-    check_disjoint(cams, encoder_cameras(scene), scene_frame_size(scene))
+    for effort in args.efforts.split(","):  # no held-out view is one the encoder renders at any effort
+        check_disjoint(cams, encoder_cameras(scene, effort=effort), scene_frame_size(scene))
     ref = render_all(scene, cams)
     rows = []
 

@@ -108,10 +108,12 @@ def split_cameras(cameras: Cameras, every: int = HOLDOUT_EVERY) -> CameraSplit:
     return CameraSplit(cameras[train], cameras[test], train, test)
 
 
-def encoder_cameras(scene: GaussianScene, cameras: Cameras | None = None, *, num_views: int = 16,
-                    view_size: int = 256, up="-y", coverage_views: int = 16, frame: str = "scene") -> Cameras:
+def encoder_cameras(scene: GaussianScene, cameras: Cameras | None = None, *, num_views: int | None = None,
+                    view_size: int = 256, up="-y", coverage_views: int | None = None, frame: str = "scene",
+                    effort: str = "default") -> Cameras:
     """The poses the encoder renders for ``compress(scene, cameras=cameras, num_views=...,
-    view_size=..., up=..., coverage_views=..., frame=...)``: ``cameras`` when given, else its default
+    view_size=..., up=..., coverage_views=..., frame=..., effort=...)`` (None: the effort's
+    counts): ``cameras`` when given, else its default
     orbit views followed by its coverage views (``contribution.coverage_views``). Its checks,
     pruning search and refinement render some of these poses (the refinement at other pixel
     sizes), so a check against them covers every view the encoder saw (``coverage_views=0``: the
@@ -120,8 +122,11 @@ def encoder_cameras(scene: GaussianScene, cameras: Cameras | None = None, *, num
         return cameras
     from .cameras import transform_cameras
     from .encoder.contribution import coverage_views as coverage, default_cameras
+    from .encoder.options import EFFORTS
     from .similarity import canonical_similarity
 
+    num_views = EFFORTS[effort].views if num_views is None else num_views
+    coverage_views = EFFORTS[effort].coverage_views if coverage_views is None else coverage_views
     if frame == "scene":  # the encoder renders the canonical scene: its views, mapped back
         R, t, s = canonical_similarity(scene, up)
         canon, up = transform_scene(scene, R, t, s), (0.0, 1.0, 0.0)

@@ -123,3 +123,19 @@ def test_cuda_without_a_gpu_is_one_clear_error(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(RenderError, match="needs a CUDA GPU, but torch sees none; use 'cpu'"):
         compress(read_ply(ASSET), ratio=20, device="cuda", effort="fast")
+
+
+def test_contribution_views_follow_the_effort_unless_given():
+    fast, default = EncodeOptions(effort="fast"), EncodeOptions()
+    assert (fast.num_views, fast.coverage_views) == (EFFORTS["fast"].views, EFFORTS["fast"].coverage_views) == (8, 8)
+    assert (default.num_views, default.coverage_views) == (16, 16) == (EFFORTS["max"].views, EFFORTS["max"].coverage_views)
+    given = EncodeOptions(effort="fast", num_views=12, coverage_views=0)
+    assert (given.num_views, given.coverage_views) == (12, 0)
+    with pytest.raises(ValueError, match="num_views must be an int >= 1"):
+        EncodeOptions(num_views=0)
+    from visionmoe.splat.evaluation import encoder_cameras
+
+    scene = read_ply(ASSET)
+    # 8 orbit views at 20 degrees, half as many at 45 and at 0, then 8 coverage views
+    assert len(encoder_cameras(scene, effort="fast")) == 8 + 4 + 4 + 8
+    assert len(encoder_cameras(scene)) == 16 + 8 + 8 + 16

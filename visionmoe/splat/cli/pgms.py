@@ -99,12 +99,12 @@ def _add_target(p) -> None:
     g.add_argument("--ratio", type=_ratio, help="target compression ratio against the native-degree float32 .ply (default 20)")
     g.add_argument("--size", type=_size, help="target file size in bytes (suffixes k, M)")
     g.add_argument("--psnr", type=_psnr, help="target PSNR in dB on the contribution views (bisection on size; slower)")
-    p.add_argument("--views", type=positive_int, default=16, help="orbit views for contributions at 20 degrees, plus half as many at 45 and at 0 (default 16)")
+    p.add_argument("--views", type=positive_int, default=None, help="orbit views for contributions at 20 degrees, plus half as many at 45 and at 0 (default: the effort's, 16; 8 at fast)")
     p.add_argument("--view-size", type=positive_int, default=256, help="contribution view size in pixels (default 256)")
-    p.add_argument("--coverage-views", type=nonnegative_int, default=16,
+    p.add_argument("--coverage-views", type=nonnegative_int, default=None,
                    help="without --cameras: views from every direction (orbit distance and half of it) that also "
                         "count in the contributions and the pruning search, so nothing seen from below or close up "
-                        "is pruned (default 16, 0: off)")
+                        "is pruned (default: the effort's, 16; 8 at fast; 0: off)")
     p.add_argument("--cameras", help="INRIA cameras.json to use instead of orbit views")
     p.add_argument("--up", type=_up, default="-y",
                    help="the scene's up direction for the orbit views: +x,-x,+y,-y,+z,-z or x,y,z (default -y, "
@@ -289,9 +289,9 @@ def cmd_eval(args) -> int:
         eval_cams = heldout_cameras(scene, num_views=args.eval_views, size=args.eval_size, up=args.up)
         where = f"{len(eval_cams)} held-out views"
     enc_cams = encoder_cameras(scene, train, num_views=args.views, view_size=args.view_size, up=args.up,
-                               coverage_views=args.coverage_views, frame=args.frame)
+                               coverage_views=args.coverage_views, frame=args.frame, effort=args.effort)
     orbit = len(encoder_cameras(scene, train, num_views=args.views, view_size=args.view_size, up=args.up,
-                                coverage_views=0, frame=args.frame))  # "seen" views come from these
+                                coverage_views=0, frame=args.frame, effort=args.effort))  # "seen" views come from these
     encode_s = None
     if args.compressed:
         cp = Path(args.compressed)

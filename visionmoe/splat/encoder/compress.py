@@ -119,9 +119,9 @@ def compress(
     cameras=None,
     device: str | torch.device | None = None,
     contributions: torch.Tensor | None = None,
-    num_views: int = 16,
+    num_views: int | None = None,
     view_size: int = 256,
-    coverage_views: int = 16,
+    coverage_views: int | None = None,
     up="-y",
     frame: str = "scene",
     preset: tuple[float, int] | None = None,
@@ -140,17 +140,17 @@ def compress(
     Targets (give at most one; default ``ratio=20``): ``ratio`` (against the native-degree
     float32 .ply), ``size`` (bytes), or ``psnr`` (dB, render vs render on the contribution
     views; found by bisection on the size). ``cameras``: a ``Cameras`` for contributions (and
-    the PSNR search), default ``num_views`` orbit views of ``view_size`` pixels at 20 degrees of
-    elevation plus half as many at 45 and at 0 (``contribution.default_cameras``), orbiting
-    ``up`` (a 3-vector or ``"+z"``-style axis; default ``-y``, the INRIA/COLMAP convention).
+    the PSNR search), default ``num_views`` (None: the effort's, 16, 8 at fast) orbit views of
+    ``view_size`` px at 20 degrees of elevation plus half as many at 45 and at 0, orbiting ``up``
+    (a 3-vector or ``"+z"``-style axis; default ``-y``, the INRIA/COLMAP convention).
     ``frame``: ``"scene"`` (default) codes the scene in its canonical frame (centred, in units of
     its size, ``up`` along +y, the principal axis across up along +x; ``similarity``) and
     writes the way back to the file (section XFRM, format 5), so a turned, moved or rescaled
     scene (``up`` turned with it) is coded alike; ``"world"`` codes it as given, without XFRM
     (docs/EVALUATION.md). With the default views,
     ``coverage_views`` more views from every direction (alternately at the orbit distance and
-    half of it; ``contribution.coverage_views``) add to the contributions, so that nothing a
-    viewer sees from below, from a steep angle or from closer up is pruned; 0 turns them off.
+    half of it; ``contribution.coverage_views``; None: the effort's) add to the contributions, so
+    nothing a viewer sees from below, from a steep angle or closer up is pruned; 0: none.
     ``device``: where every render of the encode runs (contributions, checks, pruning search,
     refinement); None picks CUDA when torch sees a GPU. The codec itself runs on the CPU. On
     CUDA the bytes are reproducible only to rounding (float atomics); the CPU is bit-exact.

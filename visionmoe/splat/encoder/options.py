@@ -20,22 +20,27 @@ class Effort:
     ``prune_search``: pruned variants tried (``compress(prune_search=None)``); ``top_up``: the
     pruning search's last refill toward 99.5% of the target; ``refine_steps``: the automatic
     refinement's Adam steps; ``refine_views``: views of 512 px rendered per refinement step
-    (its pixel budget)."""
+    (its pixel budget); ``views``, ``coverage_views``: the contribution views' defaults
+    (``compress(num_views=None, coverage_views=None)``)."""
 
     name: str
     prune_search: int
     top_up: bool
     refine_steps: int
     refine_views: int
+    views: int = 16
+    coverage_views: int = 16
 
 
 # ``max`` is the encoder's full search (every search at the counts tuned on the shared scenes).
 # ``default`` renders half the refinement's pixels a step: on the tuning scenes at 20x (held-out
 # PSNR, 16 views of 512 px) cg_jesus_standing_sh0 39.58 -> 39.77 dB; half the steps instead lost
 # guitar 0.38 dB and, with half the pixels too, cg_jesus 1.2 dB. ``fast`` skips the pruning
-# search and the refinement (docs/BENCHMARKS.md, "Effort").
+# search and the refinement, and renders half the contribution views (8 orbit and 8 coverage
+# views): on held-out views at 20x and at SOG's size, 10 of 12 scene-target pairs rendered as
+# close or closer (-0.38 to +1.6 dB), for half the contribution time (docs/BENCHMARKS.md, "Effort").
 EFFORTS = {
-    "fast": Effort("fast", prune_search=0, top_up=False, refine_steps=0, refine_views=4),
+    "fast": Effort("fast", prune_search=0, top_up=False, refine_steps=0, refine_views=4, views=8, coverage_views=8),
     "default": Effort("default", prune_search=3, top_up=True, refine_steps=80, refine_views=4),
     "max": Effort("max", prune_search=3, top_up=True, refine_steps=80, refine_views=8),
 }
@@ -52,9 +57,9 @@ class EncodeOptions:
     cameras: object = None
     device: str | torch.device | None = None
     contributions: torch.Tensor | None = None
-    num_views: int = 16
+    num_views: int | None = None  # None: the effort's
     view_size: int = 256
-    coverage_views: int = 16
+    coverage_views: int | None = None  # None: the effort's
     up: object = "-y"
     frame: str = "scene"
     preset: tuple[float, int] | None = None
@@ -88,6 +93,12 @@ class EncodeOptions:
             raise ValueError(f"effort must be one of {tuple(EFFORTS)}, got {self.effort!r}")
         if self.prune_search is None:
             self.prune_search = EFFORTS[self.effort].prune_search
+        if self.num_views is None:
+            self.num_views = EFFORTS[self.effort].views
+        if self.coverage_views is None:
+            self.coverage_views = EFFORTS[self.effort].coverage_views
+        if not (isinstance(self.num_views, int) and not isinstance(self.num_views, bool) and self.num_views >= 1):
+            raise ValueError(f"num_views must be an int >= 1, got {self.num_views!r}")
         if not (isinstance(self.prune_search, int) and self.prune_search >= 0):
             raise ValueError(f"prune_search must be an int >= 0, got {self.prune_search!r}")
         if not (isinstance(self.coverage_views, int) and not isinstance(self.coverage_views, bool)
