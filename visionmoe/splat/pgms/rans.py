@@ -102,7 +102,8 @@ def quantize_frequencies(counts: np.ndarray, precision: int) -> np.ndarray:
 
 def _varint_table(freqs: np.ndarray) -> bytes:
     """freq 0 runs as ``0, run - 1``; other frequencies as themselves; LEB128 varints. Vectorised:
-    tables of 64k symbols are written for every candidate encode of the rung search."""
+    every rANS candidate of every candidate file of the searches writes one (a Python loop was
+    a tenth of the coding time at SOG's size on academic_tarot_cards)."""
     f = np.asarray(freqs, np.int64).reshape(-1)
     if f.size == 0:
         return b""
