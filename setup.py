@@ -59,7 +59,8 @@ def want_cuda() -> bool:
 def extension():
     sources = sorted(glob.glob("csrc/ext.cpp") + glob.glob("csrc/*/*_cpu.cpp"))
     include_dirs = [os.path.join(HERE, "csrc")]
-    cxx = ["-O3", "-std=c++20", "-fopenmp"]
+    # no fused multiply-adds: the frame kernels must round as their numpy references do
+    cxx = ["-O3", "-std=c++20", "-fopenmp", "-ffp-contract=off"]
     define_macros = []
     if not want_cuda():
         return CppExtension(

@@ -7,6 +7,7 @@
 
 #include "codec/rans.h"
 #include "codec/zstd_check.h"
+#include "frames/frames.h"
 #include "raster/raster.h"
 #include "routing/routing.h"
 
@@ -60,12 +61,13 @@ py::dict build_info() {
   m.def("rasterize_fwd", &ns::rasterize_fwd, kReleaseGil); \
   m.def("rasterize_bwd", &ns::rasterize_bwd, kReleaseGil);
 
-// CPU only: the .pgms entropy coder (one sequential chain per lane) and the strict check of a
-// zstd frame's Huffman literal streams.
+// CPU only: the .pgms entropy coder (one sequential chain per lane), the strict check of a
+// zstd frame's Huffman literal streams and the encoder's parent-frame relabelling.
 #define VM_BIND_CODEC(m, ns)                                             \
   m.def("rans_encode", &ns::rans_encode, kReleaseGil);                   \
   m.def("rans_decode", &ns::rans_decode, kReleaseGil);                   \
-  m.def("zstd_literals_check", &ns::zstd_literals_check, kReleaseGil);
+  m.def("zstd_literals_check", &ns::zstd_literals_check, kReleaseGil); \
+  m.def("relabel_to_parent", &ns::relabel_to_parent, kReleaseGil);
 
 }  // namespace
 

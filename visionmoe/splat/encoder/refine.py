@@ -218,7 +218,7 @@ def terminal_quantizer(tree: Tree, base: Encoding, terms: list[torch.Tensor]):
             _, dec = quantize_level(nodes, parents[lv].take(ix), fine, rung.quant, lt)
             alpha = np.clip(dec.alpha.astype(np.float64), 1e-7, 1 - 1e-7)
             logit = dec.op_logit if dec.op_logit is not None else np.log(alpha / (1 - alpha))
-            q_own = _frames._unit(nodes.quats.numpy())
+            q_own = _frames.unit(nodes.quats.numpy())
             rel, ls = _frames.relabel_to_parent(q_own, dec.quats, dec.log_scales)
             q = _frames.compose(q_own, rel)
             q = np.where((q * q_own).sum(1, keepdims=True) < 0, -q, q)  # the parameter's sign
