@@ -149,17 +149,25 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     tool = None if args.no_peers else find_splat_transform(Path(args.node_dir), True)
+    run_scenes(scene_paths(args), out, lambda path, tmp: bench_scene(path, tool, args, tmp),
+               lambda rows: table(rows, args))
+    return 0
+
+
+def run_scenes(paths, out: Path, bench, render_table) -> list[dict]:
+    """``bench(path, tmp) -> rows`` for each scene, a scratch folder under ``out`` each; results.json
+    and results.md (``render_table(rows)``) rewritten after every scene, the table printed at the end."""
     rows = []
     print(machine())
-    for path in scene_paths(args):
+    for path in paths:
         print(path.name, flush=True)
         with tempfile.TemporaryDirectory(dir=out) as tmp:
-            rows += bench_scene(path, tool, args, Path(tmp))
+            rows += bench(path, Path(tmp))
         (out / "results.json").write_text(json.dumps({"machine": machine(), "rows": rows}, indent=1))
-        (out / "results.md").write_text(table(rows, args))
+        (out / "results.md").write_text(render_table(rows))
     print()
-    print(table(rows, args))
-    return 0
+    print(render_table(rows))
+    return rows
 
 
 if __name__ == "__main__":

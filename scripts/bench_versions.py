@@ -25,14 +25,13 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_compress import find_splat_transform, render_all  # noqa: E402
-from bench_effort import machine, run_peer, scene_frame_size  # noqa: E402
+from bench_effort import machine, run_peer, run_scenes, scene_frame_size  # noqa: E402
 
 from visionmoe.splat.encoder.compress import reference_ply_bytes  # noqa: E402
 from visionmoe.splat.evaluation import check_disjoint, encoder_cameras, heldout_cameras  # noqa: E402
@@ -144,16 +143,8 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     tool = None if args.no_peers else find_splat_transform(Path(args.node_dir), True)
-    rows = []
-    print(machine())
-    for path in map(Path, args.scenes):
-        print(path.name, flush=True)
-        with tempfile.TemporaryDirectory(dir=out) as tmp:
-            rows += bench_scene(path, checkouts, tool, args, Path(tmp))
-        (out / "results.json").write_text(json.dumps({"machine": machine(), "rows": rows}, indent=1))
-        (out / "results.md").write_text(table(rows, args))
-    print()
-    print(table(rows, args))
+    run_scenes(map(Path, args.scenes), out, lambda path, tmp: bench_scene(path, checkouts, tool, args, tmp),
+               lambda rows: table(rows, args))
     return 0
 
 
