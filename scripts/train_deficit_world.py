@@ -42,35 +42,20 @@ import json
 import math
 import os
 import shutil
+import sys
 import time
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
-from visionmoe.video.data.law_variants import generate_law_clip
-from visionmoe.video.data.synthetic import generate_clip
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from train_toy_world import fit_dit, log, lr_factor, save_ckpt  # noqa: E402
+
+from visionmoe.video.data.law_variants import generate_law_clip  # noqa: E402
+from visionmoe.video.data.synthetic import generate_clip  # noqa: E402
 
 MAX_SEQ = 512
 LAW = ("projectile", "bounce", "sliding", "stream")
-
-
-def log(msg):
-    print(time.strftime("%H:%M:%S"), msg, flush=True)
-
-
-def save_ckpt(path, **state):
-    tmp = path + ".part"
-    torch.save(state, tmp)
-    os.replace(tmp, path)
-
-
-def lr_factor(elapsed, budget, steps, max_steps):
-    """Constant, then a cosine decay to 5% over the last 40% (time or steps, whichever is nearer)."""
-    frac = max(elapsed / budget, steps / max_steps)
-    if frac <= 0.6:
-        return 1.0
-    return 0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(1.0, (frac - 0.6) / 0.4)))
 
 
 def to_tensor(frames_u8):
@@ -269,56 +254,7 @@ def train_dit(a):
     x0_all, emb, cap_idx = c["x0"], c["emb"], c["cap_idx"]
     empty = len(c["captions"]) - 1
     dit = WanTransformer3DModel.from_pretrained(os.path.join(a.base, "transformer"), local_files_only=True)
-    opt = torch.optim.AdamW(dit.parameters(), lr=a.dit_lr, betas=(0.9, 0.99), weight_decay=0.01)
-    ck = os.path.join(a.work, "dit.pt")
-    step, used = 0, 0.0
-    g = torch.Generator().manual_seed(a.seed + 4)
-    ema_model = {k: v.detach().clone() for k, v in dit.state_dict().items()}
-    if os.path.exists(ck):
-        st = torch.load(ck, weights_only=False)
-        dit.load_state_dict(st["model"]); opt.load_state_dict(st["opt"]); ema_model = st["ema"]
-        step, used = st["step"], st["seconds"]; g.set_state(st["gen"])
-        log(f"dit: resumed at step {step} ({used / 60:.1f} min)")
-    dit.train()
-    N = len(x0_all)
-    t0, last_ck, run = time.time() - used, time.time(), None
-    while step < a.dit_steps and (time.time() - t0) < a.dit_minutes * 60:
-        idx = torch.randint(0, N, (a.dit_batch,), generator=g)
-        x0 = x0_all[idx]
-        ci = cap_idx[idx].clone()
-        ci[torch.rand(a.dit_batch, generator=g) < 0.1] = empty
-        u = torch.rand(a.dit_batch, generator=g)
-        sig = a.shift * u / (1 + (a.shift - 1) * u)
-        hi = torch.rand(a.dit_batch, generator=g) < a.high_noise_frac
-        sig = torch.where(hi, a.high_noise_min + (1 - a.high_noise_min) * torch.rand(a.dit_batch, generator=g), sig)
-        noise = torch.randn(x0.shape, generator=g)
-        s = sig.view(-1, 1, 1, 1, 1)
-        xt = (1 - s) * x0 + s * noise
-        lr = a.dit_lr * min(1.0, (step + 1) / 100) * lr_factor(time.time() - t0, a.dit_minutes * 60, step, a.dit_steps)
-        for pg in opt.param_groups:
-            pg["lr"] = lr
-        pred = dit(xt, sig * 1000, emb[ci], return_dict=False)[0]
-        loss = F.mse_loss(pred, noise - x0)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(dit.parameters(), 1.0)
-        opt.step()
-        step += 1
-        with torch.no_grad():
-            d = min(0.999, (1 + step) / (10 + step))
-            for k, v in dit.state_dict().items():
-                if v.dtype.is_floating_point:
-                    ema_model[k].mul_(d).add_(v.detach(), alpha=1 - d)
-        run = loss.item() if run is None else 0.98 * run + 0.02 * loss.item()
-        if step % 50 == 0:
-            log(f"dit step {step} loss {run:.4f} lr {lr:.2e} {(time.time() - t0) / step:.3f} s/step")
-        if time.time() - last_ck > 120:
-            save_ckpt(ck, model=dit.state_dict(), opt=opt.state_dict(), ema=ema_model, step=step,
-                      seconds=time.time() - t0, gen=g.get_state())
-            last_ck = time.time()
-    save_ckpt(ck, model=dit.state_dict(), opt=opt.state_dict(), ema=ema_model, step=step,
-              seconds=time.time() - t0, gen=g.get_state())
-    log(f"dit: done, {step} steps in {(time.time() - t0) / 60:.1f} min")
+    fit_dit(dit, x0_all, emb, cap_idx, empty, a, warmup=100)
 
 
 # ------------------------------------------------------------------------------------------

@@ -266,6 +266,14 @@ def train_dit(a):
     empty = len(c["captions"]) - 1
     torch.manual_seed(a.seed + 2)
     dit = WanTransformer3DModel(**dit_config(a))
+    fit_dit(dit, x0_all, emb, cap_idx, empty, a, warmup=200)
+
+
+def fit_dit(dit, x0_all, emb, cap_idx, empty: int, a, warmup: int) -> None:
+    """Flow-matching training of ``dit`` on the cached latents (``a``: the DiT options), with an EMA
+    copy, checkpoints every 2 minutes in ``a.work`` (resumed from) and ``warmup`` steps of linear
+    warm-up; captions dropped to ``empty`` 10% of the time for guidance. Shared with
+    ``train_deficit_world.py``'s fine-tuning."""
     opt = torch.optim.AdamW(dit.parameters(), lr=a.dit_lr, betas=(0.9, 0.99), weight_decay=0.01)
     ck = os.path.join(a.work, "dit.pt")
     step, used = 0, 0.0
