@@ -733,6 +733,8 @@ def test_prune_search_threads_change_no_byte(asset, monkeypatch):
     from visionmoe.splat.encoder import rung_search as rungs_stage
 
     monkeypatch.setattr(prune_stage, "_PRUNE_REUSE_TREE_ABOVE", 0)
+    # the base stays at its ladder rung (not filled toward the next), so both neighbours exist
+    monkeypatch.setattr(rungs_stage, "FILL_BELOW", 0.0)
     pinned, real_pinned = [], prune_stage.encode_pinned_variant
     monkeypatch.setattr(prune_stage, "encode_pinned_variant", lambda *a: pinned.append(a[2]) or real_pinned(*a))
 

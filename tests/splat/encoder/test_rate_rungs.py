@@ -139,7 +139,7 @@ def test_an_every_leaf_file_short_of_its_target_is_filled_between_rungs():
     filled = _fill_between_rungs(RungSearch(tree, target, 0, Progress(False)), base)
     g = filled.rung.index[0]
     assert 13 < g < 14 and sum(filled.terminal) == leaves, filled.rung.index
-    assert full13.nbytes < filled.nbytes <= target and filled.nbytes >= 0.95 * target, (filled.nbytes, target)
+    assert full13.nbytes < filled.nbytes <= target and filled.nbytes >= FILL_BELOW * target, (filled.nbytes, target)
     assert decompress(filled.data).num_gaussians == leaves
     # a budget that holds every leaf at rung 14 too: whole rungs first
     above = _fill_between_rungs(RungSearch(tree, int(1.03 * full14.nbytes), 0, Progress(False)), base)

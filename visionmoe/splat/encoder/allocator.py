@@ -29,8 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-__all__ = ["Preset", "GEOMETRY_LADDER", "CLIMB_START_GEOMETRY", "APPEARANCE_LADDER", "geometry_rung", "make_preset",
-           "CutPlan", "plan_cut", "symbol_bits"]
+__all__ = ["Preset", "GEOMETRY_LADDER", "CLIMB_START_GEOMETRY", "APPEARANCE_LADDER", "geometry_rung", "appearance_rung",
+           "make_preset", "CutPlan", "plan_cut", "symbol_bits"]
 
 
 @dataclass(frozen=True)
@@ -44,8 +44,8 @@ class Preset:
     sh_degree: int  # max SH degree of the appearance prototypes
     sh_codebook: int  # appearance codebook size cap
     shape_codebook: int  # scale-rotation codebook size cap (coarse tiers)
-    geometry: float = -1  # rung indices this preset was made from (geometry may be fractional)
-    appearance: int = -1
+    geometry: float = -1  # rung indices this preset was made from (either may be fractional)
+    appearance: float = -1
     sh_step: float = 0.0  # > 0: per-primitive SH quantised at this step instead of a codebook
 
     def __post_init__(self):
@@ -124,13 +124,36 @@ def geometry_rung(geometry: float) -> tuple:
     return steps + ints
 
 
-def make_preset(geometry: float, appearance: int) -> Preset:
-    if not (0 <= geometry <= len(GEOMETRY_LADDER) - 1 and 0 <= appearance < len(APPEARANCE_LADDER)
-            and appearance == int(appearance)):
+# A fractional appearance rung a + t lies between two per-primitive SH rungs (a grid step each):
+# its step is their geometric interpolation, rounded to float32 as section SHQP stores it (the
+# decoder then dequantises with the encoder's step). At the finest geometry rung it is the only
+# way left to spend a budget that every leaf leaves short (fruit_drops_minimal at SOG's size:
+# every leaf at (17, 12) took 93.6% of it, at (17, 13) 105%). Between codebook rungs there is
+# no such interpolation.
+def appearance_rung(appearance: float) -> tuple:
+    """The appearance rung's parameters, for an integer index or a fractional one between two
+    per-primitive SH rungs (ValueError elsewhere)."""
+    a = int(appearance)
+    t = float(appearance) - a
+    if t == 0:
+        return APPEARANCE_LADDER[a]
+    lo, hi = APPEARANCE_LADDER[a], APPEARANCE_LADDER[a + 1] if a + 1 < len(APPEARANCE_LADDER) else ()
+    if len(lo) < 4 or len(hi) < 4:
+        raise ValueError(f"preset rungs: a fractional appearance rung must lie between two per-primitive SH rungs "
+                         f"({_first_grid_rung()}-{len(APPEARANCE_LADDER) - 1}), got {appearance}")
+    return lo[:3] + (float(np.float32(lo[3] ** (1 - t) * hi[3] ** t)),)
+
+
+def _first_grid_rung() -> int:
+    return next(i for i, r in enumerate(APPEARANCE_LADDER) if len(r) == 4)
+
+
+def make_preset(geometry: float, appearance: float) -> Preset:
+    if not (0 <= geometry <= len(GEOMETRY_LADDER) - 1 and 0 <= appearance <= len(APPEARANCE_LADDER) - 1):
         raise ValueError(f"preset rungs must be in [0, {len(GEOMETRY_LADDER) - 1}] x [0, {len(APPEARANCE_LADDER) - 1}], "
                          f"got ({geometry}, {appearance})")
     pos_rel, dc_step, ls_step, op_bits, rot_bits, shape_cb = geometry_rung(geometry)
-    frac, deg, sh_cb, *step = APPEARANCE_LADDER[int(appearance)]
+    frac, deg, sh_cb, *step = appearance_rung(appearance)
     return Preset(pos_rel, dc_step, ls_step, op_bits, rot_bits, frac, deg, sh_cb, shape_cb, geometry, appearance,
                   step[0] if step else 0.0)
 
