@@ -59,8 +59,7 @@ def want_cuda() -> bool:
 def extension():
     sources = sorted(glob.glob("csrc/ext.cpp") + glob.glob("csrc/*/*_cpu.cpp"))
     include_dirs = [os.path.join(HERE, "csrc")]
-    # no fused multiply-adds: the frame kernels must round as their numpy references do
-    cxx = ["-O3", "-std=c++20", "-fopenmp", "-ffp-contract=off"]
+    cxx = ["-O3", "-std=c++20", "-fopenmp"]
     define_macros = []
     if not want_cuda():
         return CppExtension(

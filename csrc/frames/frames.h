@@ -2,7 +2,7 @@
 // proper signed axis permutations of a child's frame, the one closest to its parent's (largest
 // trace of the relative rotation), and the relative rotation as a unit quaternion. The loops
 // repeat the numpy reference visionmoe/ops/frames.py operation for operation in float64 (no
-// fused multiply-adds: setup.py compiles with -ffp-contract=off), so both give the same bits and
+// fused multiply-adds: frames_cpu.cpp turns contraction off), so both give the same bits and
 // the encoder writes the same bytes with or without the extension.
 #pragma once
 #include <ATen/ATen.h>

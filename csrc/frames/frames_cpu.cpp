@@ -1,5 +1,9 @@
 // The relabelling of frames.h, one row per iteration (rows are independent: any thread count
 // gives the same bits).
+// No fused multiply-adds in this file (a target with FMA would otherwise contract a * b + c and
+// round once where numpy rounds twice). Set here, not in setup.py: the rasteriser's AVX2+FMA
+// kernels are tuned, and their bytes pinned, with contraction.
+#pragma GCC optimize("fp-contract=off")
 #include <cmath>
 #include <vector>
 
