@@ -49,7 +49,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from train_toy_world import fit_dit, log, lr_factor, save_ckpt  # noqa: E402
+from train_toy_world import fit_dit, log, lr_factor, save_ckpt, save_world  # noqa: E402
 
 from visionmoe.video.data.law_variants import generate_law_clip  # noqa: E402
 from visionmoe.video.data.synthetic import generate_clip  # noqa: E402
@@ -278,18 +278,7 @@ def export(a):
     st = torch.load(os.path.join(a.work, "dit.pt"), weights_only=False)
     pipe.transformer.load_state_dict(st["ema"])
     info.update(dit_steps=st["step"], dit_minutes=round(st["seconds"] / 60, 1), ema=1, args=vars(a))
-    pipe.save_pretrained(a.export, safe_serialization=True)
-    for cfg in [os.path.join(a.export, "model_index.json")] + [os.path.join(a.export, d, "config.json") for d in
-                                                                ("vae", "transformer", "text_encoder")]:
-        if os.path.isfile(cfg):
-            with open(cfg) as fh:
-                d = json.load(fh)
-            d.pop("_name_or_path", None)
-            with open(cfg, "w") as fh:
-                json.dump(d, fh, indent=2)
-    with open(os.path.join(a.export, "training_info.json"), "w") as fh:
-        json.dump(info, fh, indent=1)
-    log(f"exported to {a.export}: {info}")
+    save_world(pipe, a.export, info)
 
 
 def main(argv=None):

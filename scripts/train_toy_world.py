@@ -343,18 +343,24 @@ def export(a):
     info = {"seed": a.seed, "vae_steps": vst["step"], "vae_minutes": round(vst["seconds"] / 60, 1),
             "dit_steps": st["step"], "dit_minutes": round(st["seconds"] / 60, 1), "ema": a.use_ema,
             "num_clips": a.num_clips, "scenarios": a.scenarios, "args": vars(a)}
-    pipe.save_pretrained(a.export, safe_serialization=True)
-    for cfg in [os.path.join(a.export, "model_index.json")] + [os.path.join(a.export, d, "config.json") for d in
-                                                                ("vae", "transformer", "text_encoder")]:
-        if os.path.isfile(cfg):  # drop the build folder's path from the shipped configs
+    save_world(pipe, a.export, info)
+
+
+def save_world(pipe, export: str, info: dict) -> None:
+    """The pipeline as a diffusers folder, without the build folder's path in its configs, and
+    ``training_info.json`` beside it (shared with ``train_deficit_world.py``)."""
+    pipe.save_pretrained(export, safe_serialization=True)
+    for cfg in [os.path.join(export, "model_index.json")] + [os.path.join(export, d, "config.json") for d in
+                                                              ("vae", "transformer", "text_encoder")]:
+        if os.path.isfile(cfg):
             with open(cfg) as fh:
                 d = json.load(fh)
             d.pop("_name_or_path", None)
             with open(cfg, "w") as fh:
                 json.dump(d, fh, indent=2)
-    with open(os.path.join(a.export, "training_info.json"), "w") as fh:
+    with open(os.path.join(export, "training_info.json"), "w") as fh:
         json.dump(info, fh, indent=1)
-    log(f"exported to {a.export}: {info}")
+    log(f"exported to {export}: {info}")
 
 
 def main(argv=None):
