@@ -20,7 +20,7 @@ def test_estimate_is_two_lines_meeting_at_one_million():
 
 @pytest.mark.parametrize("n,peak", [
     (100_000, 2.00e9), (300_000, 2.37e9), (1_000_000, 6.28e9), (6_000_000, 15.74e9),
-    pytest.param(3_000_000, 17.66e9, marks=pytest.mark.xfail(
+    pytest.param(3_000_000, 13.48e9, marks=pytest.mark.xfail(
         strict=True, reason="known: the 3M SH3 tile peaks above the line (docs/SCALING.md)")),
 ])
 def test_estimate_covers_every_measured_sh3_peak(n, peak):

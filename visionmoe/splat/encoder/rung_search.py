@@ -44,6 +44,11 @@ KEEPS_ALL_SHARE = 0.9  # a cut with at least this share of the leaves as primiti
 # a palette turns on (statue_st_peter fast, lossless colours from 8.64: +5.5%, 96.4%). There a
 # merged cut at the finer rung rendered 15 dB worse, and dropping the faintest 2.2% to fit it
 # (judged on the rung check's 4 views) 0.42 dB worse on held-out views: neither is done.
+# The shortlist's next rung is quantised ahead on a second thread up to this many leaves; above,
+# one rung at a time: 3M SH3 Gaussians (tiled ertz_couch_sh3, 1.9M kept) at 20x peaked at
+# 17.11-17.66 GB with it, 10.38-13.48 GB without (two runs alone each way), the same bytes, in
+# 129-148 s against 132-136 s.
+QUANTIZE_AHEAD_MAX_LEAVES = 1_000_000
 FILL_BELOW = 0.99
 FILL_AIM = 0.995
 FILL_STEPS = 4
@@ -324,11 +329,13 @@ def _verify_shortlist(search: RungSearch, short: Shortlist, check: RenderCheck |
     v = _Verifier(search, short, check, times)
     # While a rung is probed and rendered, the next rung sure to be checked is quantised on a
     # second thread (quantisation is mostly single-threaded numpy): one ahead at most (two
-    # quantisations at once only contend; playbot 20x: no gain).
+    # quantisations at once only contend; playbot 20x: no gain). Not above QUANTIZE_AHEAD_MAX_LEAVES
+    # leaves, where a third rung's symbols beside the best's and the current one's set the peak.
     certain = [pi for pi in short.rungs if pi not in short.steps_up or (
         short.steps_up[pi] not in short.steps_up
         and cache[pi].distortion <= _FINER_GEOMETRY_MAX_PROXY * cache[short.proxy_best].distortion)]
-    ahead = ThreadPoolExecutor(max_workers=1) if check and len(certain) > 1 else None
+    few_leaves = tree.pyramid.levels[-1].num_gaussians <= QUANTIZE_AHEAD_MAX_LEAVES
+    ahead = ThreadPoolExecutor(max_workers=1) if check and len(certain) > 1 and few_leaves else None
     quantized = {}  # rung -> future of its quantisation
     try:
         for pi in short.rungs:
