@@ -91,6 +91,24 @@ def warn_fallback() -> None:
                    "compression are many times slower", explain(_load()[1] or ""))
 
 
+def has_cpu_op(name: str) -> bool:
+    """Whether the extension loads and its CPU kernels include ``name`` (an extension built before
+    the op existed loads without it)."""
+    module, _ = _load()
+    return module is not None and hasattr(module.cpu, name)
+
+
+def use_cpu_op(name: str, compiled: bool | None) -> bool:
+    """An op's choice between its compiled kernel and its reference: ``compiled`` as given, or
+    (None) the kernel when the extension has it, after the one ``warn_fallback`` when it cannot
+    load."""
+    if compiled is not None:
+        return compiled
+    if _load()[0] is None:
+        warn_fallback()
+    return has_cpu_op(name)
+
+
 def extension():
     module, error = _load()
     if module is None:

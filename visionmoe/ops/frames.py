@@ -16,7 +16,7 @@ import itertools
 import numpy as np
 import torch
 
-from ._backend import _load, warn_fallback
+from ._backend import _load, has_cpu_op, use_cpu_op
 
 __all__ = ["unit", "rotmat", "rotmat_to_quat", "relabel_to_parent", "relabel_to_parent_ref", "signed_permutations"]
 
@@ -112,8 +112,7 @@ def relabel_to_parent_ref(parent_quats: np.ndarray, quats: np.ndarray, log_scale
 
 def compiled_available() -> bool:
     """Whether the compiled relabelling is there (the extension loads and has it)."""
-    module, _ = _load()
-    return module is not None and hasattr(module.cpu, "relabel_to_parent")
+    return has_cpu_op("relabel_to_parent")
 
 
 def relabel_to_parent(parent_quats: np.ndarray, quats: np.ndarray, log_scales: np.ndarray,
@@ -126,11 +125,7 @@ def relabel_to_parent(parent_quats: np.ndarray, quats: np.ndarray, log_scales: n
     flips), for scales coded by value tables per axis. ``compiled``: the C++ loops (None: when
     the extension has them). -> (relative quats [N, 4] float64, log-scales [N, 3] in
     ``log_scales``' dtype)."""
-    if compiled is None:
-        if _load()[0] is None:
-            warn_fallback()
-        compiled = compiled_available()
-    if not compiled:
+    if not use_cpu_op("relabel_to_parent", compiled):
         return relabel_to_parent_ref(parent_quats, quats, log_scales, allow_permute)
     pq = torch.from_numpy(np.ascontiguousarray(parent_quats, np.float64))
     q = torch.from_numpy(np.ascontiguousarray(quats, np.float64))

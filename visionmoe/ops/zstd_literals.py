@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from . import _zstd_literals_ref as _ref
-from ._backend import _load, warn_fallback
+from ._backend import _load, has_cpu_op, use_cpu_op
 
 VALID = _ref.VALID
 PROBLEMS = {
@@ -37,19 +37,14 @@ class ZstdLiteralsError(ValueError):
 
 def compiled_available() -> bool:
     """Whether the compiled check is there (the extension loads and has it)."""
-    module, _ = _load()
-    return module is not None and hasattr(module.cpu, "zstd_literals_check")
+    return has_cpu_op("zstd_literals_check")
 
 
 def zstd_literals_status(frame: bytes, compiled: bool | None = None) -> tuple[int, int]:
     """(code, byte offset) of the first problem of the frame at the start of ``frame``'s Huffman
     literals, ``(VALID, 0)`` if none: by the C++ loops, or by the pure-Python reference when
     ``compiled`` is False or (None) when the extension cannot provide them."""
-    if compiled is None:
-        if _load()[0] is None:
-            warn_fallback()
-        compiled = compiled_available()
-    if not compiled:
+    if not use_cpu_op("zstd_literals_check", compiled):
         return _ref.zstd_literals_check(bytes(frame))
     data = torch.from_numpy(np.frombuffer(frame, dtype=np.uint8).copy())
     code, at = _load()[0].cpu.zstd_literals_check(data)
