@@ -22,9 +22,16 @@ Phases (each resumable; ``--work`` holds checkpoints and caches):
    was trained in.
 3. ``dit``: the transformer fine-tuned from the shipped weights with the original recipe
    (rectified flow, shift 3, 10% empty captions, AdamW, EMA up to 0.999, half of each batch at
-   sigma in [0.85, 1]).
+   sigma in [0.85, 1]). ``--patch N`` (default 4, the shipped ``patch_size`` [1, 4, 4]: 4x4 tokens
+   per latent frame) rebuilds it with ``patch_size`` [1, N, N] (N divides 4; N = 2: 8x8 tokens per
+   latent frame, 320 in all): every shipped weight whose shape still matches is copied (the
+   blocks, condition embedder, norms, ``scale_shift_table``); ``patch_embedding`` is the shipped
+   kernel summed over its (4/N)x(4/N) sub-blocks (a locally constant latent embeds as before) and
+   ``proj_out`` the shipped rows averaged over the same sub-blocks (each new pixel of a token gets
+   the mean of the old pixels it covers).
 4. ``export``: a ``WanPipeline.save_pretrained`` folder (the shipped scheduler; the extended
-   tokenizer and text encoder; the fine-tuned decoder and transformer EMA).
+   tokenizer and text encoder; the fine-tuned decoder and transformer EMA; the transformer's
+   config with the ``--patch`` it was trained with, so export with the same ``--patch``).
 
 Seeds: the mix uses simulation seeds ``--seed * 1_000_003 + i`` (i < ``--num-clips``);
 ``scripts/eval_deficit.py`` evaluates on seeds from 900_000_000 on, never among them.
@@ -33,6 +40,7 @@ Seeds: the mix uses simulation seeds ``--seed * 1_000_003 + i`` (i < ``--num-cli
     python scripts/train_deficit_world.py --phase decoder --dec-minutes 20
     python scripts/train_deficit_world.py --phase dit --dit-minutes 55
     python scripts/train_deficit_world.py --phase export
+    python scripts/train_deficit_world.py --phase dit --patch 2 --dit-batch 16 --work W --export E   # then export
 """
 
 from __future__ import annotations
@@ -247,13 +255,35 @@ def train_decoder(a):
 # phase 3: transformer
 
 
-def train_dit(a):
+def build_dit(base, patch):
+    """The shipped transformer, or for ``patch`` != its own one rebuilt with ``patch_size`` [1, patch, patch]
+    (see the module docstring: matching weights copied, patch embedding and output projection pooled)."""
     from diffusers import WanTransformer3DModel
 
+    src = WanTransformer3DModel.from_pretrained(os.path.join(base, "transformer"), local_files_only=True)
+    pt, P, _ = src.config.patch_size
+    if patch == P:
+        return src
+    if pt != 1 or P % patch:
+        raise ValueError(f"--patch {patch} must divide the shipped patch {P}")
+    k, N, C = P // patch, patch, src.config.out_channels
+    dit = WanTransformer3DModel.from_config({**src.config, "patch_size": [1, N, N]})
+    sd = src.state_dict()
+    new = {n: v for n, v in sd.items() if n in dit.state_dict() and dit.state_dict()[n].shape == v.shape}
+    w = sd["patch_embedding.weight"]  # [D, C, 1, P, P] -> sum over k x k sub-blocks
+    new["patch_embedding.weight"] = w.reshape(*w.shape[:3], N, k, N, k).sum((4, 6))
+    new["proj_out.weight"] = sd["proj_out.weight"].reshape(N, k, N, k, C, -1).mean((1, 3)).reshape(N * N * C, -1)
+    new["proj_out.bias"] = sd["proj_out.bias"].reshape(N, k, N, k, C).mean((1, 3)).reshape(-1)
+    dit.load_state_dict(new)  # strict: every parameter accounted for
+    log(f"dit: patch [1, {N}, {N}] from the shipped [1, {P}, {P}] ({len(new)} tensors)")
+    return dit
+
+
+def train_dit(a):
     c = torch.load(os.path.join(a.work, "cache.pt"), weights_only=False)
     x0_all, emb, cap_idx = c["x0"], c["emb"], c["cap_idx"]
     empty = len(c["captions"]) - 1
-    dit = WanTransformer3DModel.from_pretrained(os.path.join(a.base, "transformer"), local_files_only=True)
+    dit = build_dit(a.base, a.patch)
     fit_dit(dit, x0_all, emb, cap_idx, empty, a, warmup=100)
 
 
@@ -276,6 +306,8 @@ def export(a):
         pipe.vae.load_state_dict(st["model"])
         info.update(decoder_steps=st["step"], decoder_minutes=round(st["seconds"] / 60, 1))
     st = torch.load(os.path.join(a.work, "dit.pt"), weights_only=False)
+    if a.patch != pipe.transformer.config.patch_size[1]:
+        pipe.transformer = build_dit(a.base, a.patch)
     pipe.transformer.load_state_dict(st["ema"])
     info.update(dit_steps=st["step"], dit_minutes=round(st["seconds"] / 60, 1), ema=1, args=vars(a))
     save_world(pipe, a.export, info)
@@ -303,6 +335,8 @@ def main(argv=None):
     p.add_argument("--dit-minutes", type=float, default=55)
     p.add_argument("--dit-steps", type=int, default=10**9)
     p.add_argument("--dit-batch", type=int, default=32)
+    p.add_argument("--patch", type=int, default=4, choices=(1, 2, 4),
+                   help="the transformer's spatial patch (dit, export); 4 = the shipped one")
     p.add_argument("--dit-lr", type=float, default=4e-4)
     p.add_argument("--shift", type=float, default=3.0)
     p.add_argument("--high-noise-frac", type=float, default=0.5)
