@@ -27,6 +27,7 @@ never takes the machine down; its row says so.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import lzma
 import math
@@ -110,6 +111,24 @@ def make_scene(scenes_dir: Path, sh: int, n: int, path: Path, seed: int) -> None
 # --------------------------------------------------------------------------- worker
 
 
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
+                                               "uordblks", "fordblks", "keepcost")]
+
+
+def malloc_state() -> dict | None:
+    """glibc's view of the heap (``mallinfo2``, every arena): bytes in use, free but held, and
+    mapped for large blocks; None where that is not glibc 2.33+. Free-but-held bytes count in RSS
+    without holding any array (fragmentation)."""
+    try:
+        fn = ctypes.CDLL(None).mallinfo2
+    except (OSError, AttributeError):
+        return None
+    fn.restype = _MallInfo2
+    m = fn()
+    return {"heap_in_use": m.uordblks, "heap_free": m.fordblks, "mapped": m.hblkhd}
+
+
 class RssSampler(threading.Thread):
     """Samples this process's RSS every ``period`` seconds: -> [(time, bytes)], and where the
     encoder was (its innermost frames) at the highest sample since the last ``segment()`` call;
@@ -120,7 +139,7 @@ class RssSampler(threading.Thread):
         super().__init__(daemon=True)
         self.period, self.limit, self.samples, self.stop = period, limit, [], threading.Event()
         self.main = threading.get_ident()
-        self.seg_max, self.seg_where, self.peaks = 0, "", []
+        self.seg_max, self.seg_where, self.seg_malloc, self.peaks = 0, "", None, []
 
     @staticmethod
     def rss() -> int:
@@ -141,15 +160,15 @@ class RssSampler(threading.Thread):
 
     def segment(self, name: str) -> None:
         """Close a segment (the encode up to the end of stage ``name``): keep its peak and where."""
-        self.peaks.append({"until": name, "peak_rss": self.seg_max, "where": self.seg_where})
-        self.seg_max, self.seg_where = 0, ""
+        self.peaks.append({"until": name, "peak_rss": self.seg_max, "where": self.seg_where, "malloc": self.seg_malloc})
+        self.seg_max, self.seg_where, self.seg_malloc = 0, "", None
 
     def run(self) -> None:
         while not self.stop.is_set():
             r = self.rss()
             self.samples.append((time.perf_counter(), r))
             if r > self.seg_max:
-                self.seg_max, self.seg_where = r, self.where()
+                self.seg_max, self.seg_where, self.seg_malloc = r, self.where(), malloc_state()
             if self.limit and r > self.limit:
                 sys.stderr.write(f"RSS {r / 1e9:.1f} GB passed the limit of {self.limit / 1e9:.1f} GB at "
                                  f"{self.where()}: stopped\n")
@@ -207,12 +226,13 @@ def run_worker(ply: Path, ratio: float, out: Path, rss_limit: int) -> None:
     log = StageLog(sampler, out.with_suffix(".partial.json"))
     sampler.start()
     t_read = time.perf_counter()
-    scene = read_ply(ply)
-    if scene.num_gaussians <= KEEP_FREED_MEMORY_MAX_GAUSSIANS:  # as the command line does
+    held = [read_ply(ply)]
+    n, sh = held[0].num_gaussians, held[0].sh_degree
+    if n <= KEEP_FREED_MEMORY_MAX_GAUSSIANS:  # as the command line does
         keep_freed_memory()
     t0 = time.perf_counter()
     rss_loaded = sampler.rss()
-    res = compress(scene, ratio=ratio)
+    res = compress(held.pop(), ratio=ratio)  # the encoder holds the only reference, as from a path
     t1 = time.perf_counter()
     sampler.stop.set()
     sampler.join()
@@ -223,7 +243,7 @@ def run_worker(ply: Path, ratio: float, out: Path, rss_limit: int) -> None:
         inside = [r for t, r in samples if s <= t <= e]
         stages.append({"stage": name, "seconds": round(e - s, 3), "peak_rss": max(inside) if inside else None})
     rec = {
-        "gaussians": scene.num_gaussians, "sh_degree": scene.sh_degree, "read_s": round(t0 - t_read, 3),
+        "gaussians": n, "sh_degree": sh, "read_s": round(t0 - t_read, 3),
         "encode_s": round(t1 - t0, 3), "rss_loaded": rss_loaded,
         "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "bytes": res.nbytes, "ratio": round(res.ratio, 3), "primitives": res.primitives,

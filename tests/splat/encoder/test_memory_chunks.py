@@ -39,6 +39,18 @@ def test_contributions_with_one_full_sh_view_per_render_are_bit_identical(monkey
     assert torch.equal(contribution.image_contributions(scene, cams), ref)  # no colours kept: SH0 only
 
 
+def test_contributions_with_fewer_colour_free_views_per_render_are_bit_identical(monkeypatch):
+    # above _GAUSSIAN_VIEWS_PER_CALL / 4 Gaussians the degree-0 views go fewer at a time (6M: one)
+    scene = random_scene(600, degree=3, seed=15)
+    cams = _cameras(scene)
+    ref = _summed_view_by_view(scene, cams)
+    for budget in (600 * 3, 600 * 2, 1):  # three, two and one view per render
+        monkeypatch.setattr(contribution, "_GAUSSIAN_VIEWS_PER_CALL", budget)
+        assert torch.equal(contribution.image_contributions(scene, cams), ref)
+        got, _ = contribution.image_contributions(scene, cams, keep_colors=[1, 4])
+        assert torch.equal(got, ref)
+
+
 def test_merged_covariances_in_chunks_are_bit_identical(monkeypatch):
     # every segment non-empty (as the pyramid's groups are), of 1-13 members
     sizes = torch.randint(1, 14, (300,), generator=torch.Generator().manual_seed(14))

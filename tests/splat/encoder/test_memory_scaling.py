@@ -67,3 +67,34 @@ def test_table_and_fits_from_rows(bench):
     assert fitted["0"]["peak_rss_linear"]["b_bytes_per_gaussian"] == pytest.approx(800)
     text = bench.table(rows, fitted)
     assert "exit 3 after 10 s" in text and "800 B x N" in text
+
+
+def test_malloc_state_reports_the_heap_where_glibc_has_mallinfo2(bench):
+    state = bench.malloc_state()
+    if state is None:
+        pytest.skip("not glibc 2.33+")
+    assert set(state) == {"heap_in_use", "heap_free", "mapped"} and state["heap_in_use"] > 0
+    big = bytearray(64 << 20)  # a large block is mapped, not carved from the heap
+    assert bench.malloc_state()["mapped"] >= state["mapped"] + (64 << 20) - (1 << 20)
+    del big
+
+
+def test_the_encoder_lets_the_input_scene_go_once_it_has_the_canonical_copy(monkeypatch):
+    import gc
+    import weakref
+
+    from visionmoe.splat.encoder import compress as compress_mod
+
+    seen = {}
+    real = compress_mod._contributions
+
+    def probe(scene, opts, prog):
+        gc.collect()
+        seen["input alive"] = ref() is not None
+        return real(scene, opts, prog)
+
+    monkeypatch.setattr(compress_mod, "_contributions", probe)
+    held = [random_scene(300, degree=1, seed=4)]
+    ref = weakref.ref(held[0].means)  # the tensors die with the scene (nothing else holds them)
+    compress_mod.compress(held.pop(), ratio=10, effort="fast", num_views=4, coverage_views=4, view_size=32)
+    assert seen == {"input alive": False}

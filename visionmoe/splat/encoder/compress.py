@@ -26,7 +26,7 @@ from . import prune, refine, rung_search
 from .allocator import Preset
 from .check_views import SEARCH_VIEWS, References, search_views, view_indices
 from .cut import Encoding
-from .guards import guard_input
+from .guards import GuardedScene, guard_input
 from .options import EncodeOptions
 from .psnr import search_psnr
 from .stages import Progress, ProgressFn, StageTimes
@@ -186,7 +186,8 @@ def compress(
     prog = Progress(progress)
     try:
         guarded = _guarded(scene_or_path, opts.max_memory)
-        return replace(_encode(guarded.scene, opts, prog), clamped_log_scales=guarded.clamped_log_scales)
+        del scene_or_path  # a scene read from a path is then held by _encode alone (below)
+        return replace(_encode(guarded, opts, prog), clamped_log_scales=guarded.clamped_log_scales)
     finally:
         prog.close()
 
@@ -303,10 +304,13 @@ def _to_canonical(scene: GaussianScene, opts: EncodeOptions):
     return canon, replace(opts, cameras=cameras, up=(0.0, 1.0, 0.0)), back
 
 
-def _encode(scene: GaussianScene, opts: EncodeOptions, prog: Progress) -> CompressResult:
+def _encode(guarded: GuardedScene, opts: EncodeOptions, prog: Progress) -> CompressResult:
     times = StageTimes()
     t0 = time.perf_counter()
     prog.plan(_progress_plan(opts))
+    # the input scene goes once its canonical copy exists (unless the caller holds it): a 6M SH3
+    # scene is 1.4 GB
+    scene, guarded.scene = guarded.scene, None
     scene, opts, transform = _to_canonical(scene, opts)
     n_in = scene.num_gaussians
     ref_bytes = reference_ply_bytes(n_in, scene.sh_degree)

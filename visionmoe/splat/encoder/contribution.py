@@ -69,6 +69,10 @@ def coverage_views(scene: GaussianScene, *, num_views: int = 16, size: int = 256
 # 100k), so four views of a 6M-Gaussian SH3 scene at once held ~3.4 GB. Below this size the
 # views go four at a time as before; above, fewer (one view of 6M SH3 is 288M floats).
 _FULL_SH_FLOATS_PER_CALL = 1 << 27
+# Gaussians x views a colour-free render call may bin: the rasteriser's tile lists and their
+# per-entry contribution slots grow with both (four degree-0 views of the 6M SH3 tile passed
+# 20 GB of RSS); up to 1.5M Gaussians the views still go four at a time.
+_GAUSSIAN_VIEWS_PER_CALL = 6_000_000
 
 
 def image_contributions(scene: GaussianScene, cameras, *, device=None, views_per_batch: int = 4,
@@ -89,6 +93,7 @@ def image_contributions(scene: GaussianScene, cameras, *, device=None, views_per
     s0 = replace(scene, sh_rest=scene.sh_rest[:, :0]).to(dev)
     s_full = scene.to(dev) if keep else None
     per_call = max(1, min(views_per_batch, _FULL_SH_FLOATS_PER_CALL // max(1, scene.num_gaussians * scene.sh.shape[1] * 3)))
+    per_call0 = max(1, min(views_per_batch, _GAUSSIAN_VIEWS_PER_CALL // max(1, scene.num_gaussians)))
     total = torch.zeros(scene.num_gaussians, dtype=torch.float64, device=dev)
     C = len(cameras)
     kept = {}
@@ -96,7 +101,7 @@ def image_contributions(scene: GaussianScene, cameras, *, device=None, views_per
         for start in range(0, C, views_per_batch):
             views = list(range(start, min(start + views_per_batch, C)))
             contrib = {}
-            _render_views(s0, cameras, [v for v in views if v not in keep], len(views), contrib, None)
+            _render_views(s0, cameras, [v for v in views if v not in keep], per_call0, contrib, None)
             _render_views(s_full, cameras, [v for v in views if v in keep], per_call, contrib, kept)
             total += torch.stack([contrib[v] for v in views]).double().sum(0)
     if keep_colors is None:

@@ -56,6 +56,10 @@ _PRUNE_REUSE_TREE_ABOVE = 150_000
 # (tiled ertz_couch_sh3) at 20x to 2.37 GB peak RSS, one at a time 1.95 GB, same file size
 # (docs/SCALING.md).
 _PRUNE_PARALLEL_MAX_LEAVES = 1_000_000
+# Above this many leaves a pinned rung's symbols on the base's tree are dropped once its variant
+# is coded (quantised again if a refill or top-up pins it again): each is an [N, 45] grid and
+# more at SH3, and up to three pinned rungs were held beside the variants' own trees.
+_PRUNE_KEEP_PINNED_SYMBOLS_MAX_LEAVES = 1_000_000
 _PRUNE_FREE_KEEP = 0.9
 # Nor is a cut that keeps every leaf searched once it renders above this on the search views:
 # there the faintest Gaussians at the views' 256 px are the small ones that show at higher
@@ -160,6 +164,8 @@ class _Attempts:
         if pin is not None and pin in self.estimates:
             enc, sub = encode_pinned_variant(tree, self.seeds, pin, torch.isin(tree.pyramid.leaf_order, idx),
                                              job.target, job.seed)
+            if tree.kept.num_gaussians > _PRUNE_KEEP_PINNED_SYMBOLS_MAX_LEAVES:
+                self.estimates[pin].symbols = []
             return Variant(job.error(decode_coded(enc.data)), enc, Tree(tree.kept.subset(idx), tree.weights[idx], sub,
                                                                        tree.meta))
         new = build_tree(tree.kept.subset(idx), tree.weights[idx], job.sh_degree, job.n_in, job.ref_bytes,

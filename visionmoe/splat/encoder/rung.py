@@ -28,8 +28,8 @@ class Rung:
     preset: Preset
     quant: Quantizer
     tables: Tables  # shape/SH codebooks, the leaves with SH, the palettes used
-    cost: list[np.ndarray]  # per level [N_l]: distortion if the node is a terminal primitive
-    node_bytes: list[np.ndarray]  # per level [N_l]: its estimated coded size
+    cost: list[np.ndarray]  # per level [N_l]: distortion if the node is a terminal primitive ([] once planned)
+    node_bytes: list[np.ndarray]  # per level [N_l]: its estimated coded size ([] once planned)
     fixed_bytes: int  # estimated size of everything but the nodes
     plan: CutPlan | None = None
     symbols: list[dict] = field(default_factory=list)  # per level: closed-loop symbols (quantize_tree)

@@ -492,6 +492,9 @@ def decode_opacity(opq: np.ndarray, quant: Quantizer, pal: Palettes | None):
 # --------------------------------------------------------------------------- view-dependent SH
 
 
+_SH_ROWS = 1 << 16  # rows per block of the per-primitive SH grid
+
+
 def encode_sh(sh_rest: torch.Tensor, tables: Tables | None, memo: LevelMemo | None):
     """Fine tier: per-primitive SH on a grid, or the nearest SH prototype, for the leaves in
     ``tables.sh_keep`` (the rest have none): -> (symbols, decoded rest [N, K, 3])."""
@@ -503,10 +506,19 @@ def encode_sh(sh_rest: torch.Tensor, tables: Tables | None, memo: LevelMemo | No
     if isinstance(cb, ShGrid) and keep is not None:
         k_cb = cb.coefficients
         sym["sh_flag"] = keep.astype(np.int64)
-        shq = np.round(sh_rest[:, :k_cb].numpy().astype(np.float64) / cb.step).astype(np.int64)
-        shq[~keep] = 0
+        # int32, as the decoder reads them (the format bounds them to 2^20): the encoder holds
+        # several rungs' [N, 45] grids at once at scale. int64 only if a value would not fit.
+        shq = np.zeros((n, k_cb, 3), np.int32)
+        src = sh_rest[:, :k_cb].numpy()
+        for s in range(0, n, _SH_ROWS):  # in row blocks: whole, the float64 temporaries took ~3x [N, 45] int64
+            e = min(s + _SH_ROWS, n)
+            q = np.round(src[s:e].astype(np.float64) / cb.step).astype(np.int64)
+            q[~keep[s:e]] = 0
+            if shq.dtype != np.int64 and q.size and np.abs(q).max() >= 2**31:
+                shq = shq.astype(np.int64)
+            shq[s:e] = q
+            rest[s:e][keep[s:e], :k_cb] = (q[keep[s:e]] * cb.step).astype(np.float32)
         sym["sh_q"] = shq
-        rest[keep, :k_cb] = (shq[keep] * cb.step).astype(np.float32)
     elif cb is not None and keep is not None:
         from .prototypes import assign
 
