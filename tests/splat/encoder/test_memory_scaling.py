@@ -98,3 +98,24 @@ def test_the_encoder_lets_the_input_scene_go_once_it_has_the_canonical_copy(monk
     ref = weakref.ref(held[0].means)  # the tensors die with the scene (nothing else holds them)
     compress_mod.compress(held.pop(), ratio=10, effort="fast", num_views=4, coverage_views=4, view_size=32)
     assert seen == {"input alive": False}
+
+
+def test_the_sampler_names_where_the_main_thread_is(bench):
+    import threading
+
+    sampler = bench.RssSampler()
+    seen = []
+    src = ("def inner(run):\n"
+           "    run()\n"
+           "def outer(run):\n"
+           "    inner(run)\n")
+    ns = {}
+    exec(compile(src, "/pkg/visionmoe/fake_stage.py", "exec"), ns)  # a frame the sampler keeps
+
+    def from_another_thread():
+        t = threading.Thread(target=lambda: seen.append(sampler.where()))
+        t.start()
+        t.join()
+
+    ns["outer"](from_another_thread)
+    assert seen == ["fake_stage.py:2 inner < fake_stage.py:4 outer"]
