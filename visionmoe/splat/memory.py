@@ -17,16 +17,14 @@ __all__ = ["ENCODE_BASE_BYTES", "ENCODE_BYTES_PER_GAUSSIAN", "ENCODE_LARGE_BASE_
 # scene at 20x peaked at 7.89 GB with it (budget 8 GB) and 6.81 GB without, in the same time.
 KEEP_FREED_MEMORY_MAX_GAUSSIANS = 1_000_000
 
-# Peak RSS of one CPU encode at 20x, bounded from ``scripts/bench_scaling.py`` on tiled shared
-# scenes (docs/SCALING.md) as two lines that meet at 1M Gaussians, where the command line stops
-# keeping freed memory (``KEEP_FREED_MEMORY_MAX_GAUSSIANS``) and the pruning search stops running
-# two variants at once: up to 1M, 2.00 GB (the 100k SH3 peak, held by the refinement) + 4280 B per
-# Gaussian (through the 1M SH3 peak, 6.28 GB; 300k: 2.37 GB); above, through the 1M and 6M SH3
-# peaks (6M: 15.74 GB, of which 3.1M Gaussians were kept); SH0 scenes measured below SH3 ones
-# (300k: 2.03 GB), so one line serves every degree. Not a bound above 1M: the 3M SH3 tile
-# peaked at 10.38-13.48 GB (its cut tuning codes 1.9M kept leaves at finer rungs than the 6M
-# tile's, which stopped short of its target), against 10.07 GB here, and the 6M tile, measured
-# again, passed 19 GB (docs/SCALING.md).
+# Peak RSS of one CPU encode at 20x from ``scripts/bench_scaling.py`` on tiled shared scenes
+# (docs/SCALING.md), as two lines that meet at 1M Gaussians, where the command line stops keeping
+# freed memory (``KEEP_FREED_MEMORY_MAX_GAUSSIANS``) and the pruning search stops running two
+# variants at once: up to 1M, 2.00 GB (the 100k SH3 peak) + 4280 B per Gaussian (through the 1M
+# SH3 peak, 6.28 GB); above, through the 1M peak and a 6M SH3 peak of 15.74 GB. Those peaks were
+# sampled with a stack walk that itself kept arrays alive (upper bounds); the encoder's own
+# peaks lie below both lines (3M SH3: see docs/SCALING.md; 6M SH3: 9.95 GB), so the estimate errs
+# on the side of refusing. SH0 scenes measured below SH3 ones: one line serves every degree.
 ENCODE_BASE_BYTES = 2_000_000_000
 ENCODE_BYTES_PER_GAUSSIAN = 4280
 ENCODE_LARGE_BASE_BYTES = 4_390_000_000  # the line above 1M Gaussians
