@@ -284,7 +284,7 @@ def train_dit(a):
     x0_all, emb, cap_idx = c["x0"], c["emb"], c["cap_idx"]
     empty = len(c["captions"]) - 1
     dit = build_dit(a.base, a.patch)
-    fit_dit(dit, x0_all, emb, cap_idx, empty, a, warmup=100)
+    fit_dit(dit, x0_all, emb, cap_idx, empty, a, warmup=200)
 
 
 # ------------------------------------------------------------------------------------------

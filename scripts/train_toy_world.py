@@ -302,7 +302,7 @@ def fit_dit(dit, x0_all, emb, cap_idx, empty: int, a, warmup: int) -> None:
         s = sig.view(-1, 1, 1, 1, 1)
         xt = (1 - s) * x0 + s * noise
         target = noise - x0
-        lr = a.dit_lr * min(1.0, (step + 1) / 200) * lr_factor(time.time() - t0, a.dit_minutes * 60, step, a.dit_steps)
+        lr = a.dit_lr * min(1.0, (step + 1) / warmup) * lr_factor(time.time() - t0, a.dit_minutes * 60, step, a.dit_steps)
         for pg in opt.param_groups:
             pg["lr"] = lr
         pred = dit(xt, sig * 1000, emb[ci], return_dict=False)[0]
