@@ -70,8 +70,8 @@ def coverage_views(scene: GaussianScene, *, num_views: int = 16, size: int = 256
 # views go four at a time as before; above, fewer (one view of 6M SH3 is 288M floats).
 _FULL_SH_FLOATS_PER_CALL = 1 << 27
 # Gaussians x views a colour-free render call may bin: the rasteriser's tile lists and their
-# per-entry contribution slots grow with both (four degree-0 views of the 6M SH3 tile passed
-# 20 GB of RSS); up to 1.5M Gaussians the views still go four at a time.
+# per-entry contribution slots grow with both (the 3M SH3 tile at 256 px: one view +0.97 GB of
+# RSS, four at once +1.95 GB); up to 1.5M Gaussians the views still go four at a time.
 _GAUSSIAN_VIEWS_PER_CALL = 6_000_000
 
 
