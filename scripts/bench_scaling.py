@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import faulthandler
+import functools
 import json
 import lzma
 import math
@@ -118,15 +119,24 @@ class _MallInfo2(ctypes.Structure):
                                                "uordblks", "fordblks", "keepcost")]
 
 
-def malloc_state() -> dict | None:
-    """glibc's view of the heap (``mallinfo2``, every arena): bytes in use, free but held, and
-    mapped for large blocks; None where that is not glibc 2.33+. Free-but-held bytes count in RSS
-    without holding any array (fragmentation)."""
+@functools.lru_cache(maxsize=1)
+def _mallinfo2():
+    """glibc's ``mallinfo2``, looked up once (None where that is not glibc 2.33+)."""
     try:
         fn = ctypes.CDLL(None).mallinfo2
     except (OSError, AttributeError):
         return None
     fn.restype = _MallInfo2
+    return fn
+
+
+def malloc_state() -> dict | None:
+    """glibc's view of the heap (``mallinfo2``, every arena): bytes in use, free but held, and
+    mapped for large blocks; None where that is not glibc 2.33+. Free-but-held bytes count in RSS
+    without holding any array (fragmentation)."""
+    fn = _mallinfo2()
+    if fn is None:
+        return None
     m = fn()
     return {"heap_in_use": m.uordblks, "heap_free": m.fordblks, "mapped": m.hblkhd}
 
