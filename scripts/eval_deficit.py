@@ -16,8 +16,10 @@ vivid pixels in the captioned colour, and recognisability (object found in >= 75
 frames and >= 50% of the vivid pixels in the captioned colour). 95% bootstrap intervals over
 clips (2000 resamples, seeded); arms against the first arm with paired bootstrap intervals.
 
-Reference arms: ``simulator lawful`` (the fit's floor) and ``simulator unlawful`` (the clip of
-the same seed with the wrong law). Deterministic (one thread, seeded generators).
+Reference arms: ``simulator lawful`` (the fit's floor), ``simulator unlawful`` (the clip of
+the same seed with the wrong law) and ``VAE round trip`` (the lawful clip encoded and decoded by
+the base world's VAE: the ceiling of any transformer in that latent space). Deterministic (one
+thread, seeded generators).
 
     python scripts/eval_deficit.py --world out/pila_deficit/world --num 16 --out out/pila_deficit/eval_base
     python scripts/eval_deficit.py --arm base=WORLD --arm shipped=toy_world ...
@@ -40,6 +42,7 @@ from visionmoe.video.evaluation.law_params import (WORST_ERROR, caption_color, f
 
 TRUTH_KEY = {"projectile": "g", "bounce": "restitution", "sliding": "friction_decel", "stream": None}
 SCENARIOS = tuple(LAW_SCENARIOS)
+REFERENCE_ARMS = ("simulator lawful", "simulator unlawful", "VAE round trip")
 
 
 def truth_of(scenario, lawful_clip):
@@ -90,6 +93,21 @@ def load_arm(spec, steps, guidance):
     return pipe
 
 
+def load_vae(world):
+    from visionmoe.video.models.toy_world import load_toy_world
+
+    return load_toy_world(world).vae.eval()
+
+
+def round_trip(vae, frames):
+    """The clip encoded (posterior mean) and decoded by the world's VAE: what the best transformer in that
+    latent space could draw."""
+    x = torch.from_numpy(frames).float().div(127.5).sub(1.0).permute(3, 0, 1, 2)[None]
+    with torch.no_grad():
+        y = vae.decode(vae.encode(x).latent_dist.mean).sample[0]
+    return ((y.permute(1, 2, 3, 0).clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).numpy()
+
+
 def generate(pipe, caption, seed, steps, guidance):
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
@@ -119,7 +137,7 @@ def summarize(rows, arms, out):
                          f"{fmt(s['lawful_range'], True)} | "
                          f"{fmt(s['recognisable'], True)} | {fmt(s['found'], True)} | {s['area_rel'][0]:.2f} | "
                          f"{fmt(s['color'], True)} | {100 * s['failures']:.0f}% |")
-    gen = [a for a in arms if not a.startswith("simulator")]
+    gen = [a for a in arms if a not in REFERENCE_ARMS]
     if len(gen) > 1:
         lines += ["", f"Paired change of the law error against `{gen[0]}` (same seeds; relative to its mean):", "",
                   "| arm | category | change | 95% interval |", "|---|---|---|---|"]
@@ -183,7 +201,8 @@ def main(argv=None):
     for s in a.adapter:
         n, d = s.split("=", 1)
         arms[n] = {"world": a.world, "adapter": d, "scale": a.scale}
-    names = ["simulator lawful", "simulator unlawful"] + list(arms)
+    names = list(REFERENCE_ARMS) + list(arms)
+    vae = load_vae(arms["base"]["world"])
     rows = {n: [] for n in names}
     clips = {n: {} for n in names}
     items = []
@@ -195,7 +214,8 @@ def main(argv=None):
             truth = truth_of(sc, L)
             sim_area = fit_law(L.frames, sc, caption_color(L.caption)).area
             items.append((sc, seed, L, truth, sim_area))
-            for n, fr in (("simulator lawful", L.frames), ("simulator unlawful", U.frames)):
+            for n, fr in (("simulator lawful", L.frames), ("simulator unlawful", U.frames),
+                          ("VAE round trip", round_trip(vae, L.frames))):
                 rows[n].append({"scenario": sc, "seed": seed, **score(fr, sc, L, truth, sim_area)})
                 clips[n].setdefault(sc, []).append(fr)
     for n, spec in arms.items():

@@ -1,5 +1,8 @@
-"""scripts/train_deficit_world.py ``--patch``: the shipped transformer unchanged at 4; at 2 every
-patch-agnostic weight copied, a locally constant latent embedded as before, the right output shape."""
+"""scripts/train_deficit_world.py: ``--patch`` (the shipped transformer unchanged at 4; at 2 every
+patch-agnostic weight copied, a locally constant latent embedded as before, the right output shape)
+and the ``vae`` phase (the whole VAE fine-tuned; the cache encodes with it and its own statistics)."""
+
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -23,3 +26,25 @@ def test_patch_2_keeps_the_shipped_weights_it_can(load_script):
     assert out.shape == (1, 16, 5, 16, 16) and torch.isfinite(out).all()
     with pytest.raises(ValueError):
         mod.build_dit(str(TOY_WORLD_PATH), 3)
+
+
+def test_the_vae_phase_fine_tunes_the_whole_vae_and_the_cache_uses_it_with_its_own_statistics(load_script, tmp_path):
+    from diffusers import AutoencoderKLWan
+
+    mod = load_script("train_deficit_world")
+    common = ["--work", str(tmp_path), "--num-clips", "4", "--vae-minutes", "5"]
+    assert mod.main(["--phase", "vae", *common, "--vae-steps", "2", "--vae-batch", "2", "--vae-frames", "5",
+                     "--vae-crop", "32"]) == 0
+    shipped = AutoencoderKLWan.from_pretrained(str(TOY_WORLD_PATH / "vae"), local_files_only=True).eval()
+    tuned = AutoencoderKLWan.from_pretrained(str(TOY_WORLD_PATH / "vae"), local_files_only=True).eval()
+    assert mod.load_work_vae(SimpleNamespace(work=str(tmp_path)), tuned)
+    assert not torch.equal(tuned.encoder.conv_in.weight, shipped.encoder.conv_in.weight)  # the encoder trained too
+    assert mod.main(["--phase", "cache", *common]) == 0
+    c = torch.load(tmp_path / "cache.pt", weights_only=False)
+    clip = mod.make_clip(c["specs"][0])
+    with torch.no_grad():
+        z = tuned.encode(mod.to_tensor(clip.frames[None])).latent_dist.mean
+    assert torch.allclose(c["latents"][:1], z, atol=1e-5)  # the fine-tuned encoder, not the shipped one
+    mean, std = torch.tensor(c["latents_mean"]), torch.tensor(c["latents_std"])
+    assert torch.allclose(mean, c["latents"].mean((0, 2, 3, 4)), atol=1e-5)
+    assert torch.allclose(c["x0"], (c["latents"] - mean.view(1, -1, 1, 1, 1)) / std.view(1, -1, 1, 1, 1), atol=1e-5)
