@@ -235,6 +235,21 @@ def load_work_vae(a, vae):
 # phase 1: caches
 
 
+def latent_foreground(frames, latent_frames):
+    """[N, 1, latent_frames, H/4, W/4] bool: latents whose 4x4 pixels, over the frames the causal VAE
+    folds into them (frame 0 alone, then four at a time), hold foreground (away from the clip's
+    temporal median by more than 12 grey levels in some channel)."""
+    f = frames.astype(np.int16)
+    fg = (np.abs(f - np.median(f, axis=1, keepdims=True)).max(-1) > 12)  # [N, F, H, W]
+    N, F, H, W = fg.shape
+    fg = fg.reshape(N, F, H // 4, 4, W // 4, 4).any((3, 5))
+    out = np.zeros((N, latent_frames, H // 4, W // 4), bool)
+    out[:, 0] = fg[:, 0]
+    for t in range(1, latent_frames):
+        out[:, t] = fg[:, 4 * t - 3:4 * t + 1].any(1)
+    return torch.from_numpy(out)[:, None]
+
+
 def build_cache(a):
     from diffusers import WanPipeline
     from transformers import PreTrainedTokenizerFast
@@ -270,9 +285,10 @@ def build_cache(a):
         emb, _ = pipe.encode_prompt(uniq, do_classifier_free_guidance=False, max_sequence_length=MAX_SEQ)
         # the old captions' embeddings must not change: check one against the shipped encoder
     cap_idx = torch.tensor([uniq.index(c) for c in caps])
+    fg = latent_foreground(frames, lat.shape[2])
     torch.save({"latents": lat, "x0": (lat - mean) / std, "captions": uniq, "cap_idx": cap_idx, "emb": emb,
                 "specs": specs, "pos": torch.from_numpy(pos),
-                "latents_mean": mean.flatten().tolist(), "latents_std": std.flatten().tolist()}, os.path.join(a.work, "cache.pt"))
+                "latents_mean": mean.flatten().tolist(), "latents_std": std.flatten().tolist(), "fg": fg}, os.path.join(a.work, "cache.pt"))
     te.save_pretrained(os.path.join(a.work, "text_encoder"), safe_serialization=True)
     log(f"cache: {tuple(lat.shape)}, {len(uniq)} captions, {time.time() - t0:.0f} s")
 
@@ -373,7 +389,13 @@ def train_dit(a):
     x0_all, emb, cap_idx = c["x0"], c["emb"], c["cap_idx"]
     empty = len(c["captions"]) - 1
     dit = build_dit(a.base, a.patch)
-    fit_dit(dit, x0_all, emb, cap_idx, empty, a, warmup=200)
+    weight = None
+    if a.dit_fg_weight > 0:
+        if "fg" not in c:
+            raise SystemExit("--dit-fg-weight needs a cache with foreground masks: run the cache phase again")
+        weight = 1.0 + a.dit_fg_weight * c["fg"].float()
+        log(f"dit: foreground latents weighted {1 + a.dit_fg_weight:g}x ({c['fg'].float().mean().item():.1%} of them)")
+    fit_dit(dit, x0_all, emb, cap_idx, empty, a, warmup=200, weight=weight)
 
 
 # ------------------------------------------------------------------------------------------
@@ -438,6 +460,8 @@ def main(argv=None):
     p.add_argument("--dit-batch", type=int, default=32)
     p.add_argument("--patch", type=int, default=4, choices=(1, 2, 4),
                    help="the transformer's spatial patch (dit, export); 4 = the shipped one")
+    p.add_argument("--dit-fg-weight", type=float, default=0.0,
+                   help="extra weight of foreground latents in the flow loss (0: plain MSE)")
     p.add_argument("--dit-lr", type=float, default=4e-4)
     p.add_argument("--shift", type=float, default=3.0)
     p.add_argument("--high-noise-frac", type=float, default=0.5)

@@ -269,11 +269,12 @@ def train_dit(a):
     fit_dit(dit, x0_all, emb, cap_idx, empty, a, warmup=200)
 
 
-def fit_dit(dit, x0_all, emb, cap_idx, empty: int, a, warmup: int) -> None:
+def fit_dit(dit, x0_all, emb, cap_idx, empty: int, a, warmup: int, weight: torch.Tensor | None = None) -> None:
     """Flow-matching training of ``dit`` on the cached latents (``a``: the DiT options), with an EMA
     copy, checkpoints every 2 minutes in ``a.work`` (resumed from) and ``warmup`` steps of linear
-    warm-up; captions dropped to ``empty`` 10% of the time for guidance. Shared with
-    ``train_deficit_world.py``'s fine-tuning."""
+    warm-up; captions dropped to ``empty`` 10% of the time for guidance. ``weight`` ([N, 1, F, h, w]
+    per latent, optional): the squared error weighted by it, normalised by its batch mean. Shared
+    with ``train_deficit_world.py``'s fine-tuning."""
     opt = torch.optim.AdamW(dit.parameters(), lr=a.dit_lr, betas=(0.9, 0.99), weight_decay=0.01)
     ck = os.path.join(a.work, "dit.pt")
     step, used = 0, 0.0
@@ -306,7 +307,11 @@ def fit_dit(dit, x0_all, emb, cap_idx, empty: int, a, warmup: int) -> None:
         for pg in opt.param_groups:
             pg["lr"] = lr
         pred = dit(xt, sig * 1000, emb[ci], return_dict=False)[0]
-        loss = F.mse_loss(pred, target)
+        if weight is None:
+            loss = F.mse_loss(pred, target)
+        else:
+            w = weight[idx]
+            loss = (w * (pred - target).pow(2)).mean() / w.mean()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(dit.parameters(), 1.0)

@@ -4,6 +4,7 @@ and the ``vae`` phase (the whole VAE fine-tuned; the cache encodes with it and i
 
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 
@@ -48,3 +49,14 @@ def test_the_vae_phase_fine_tunes_the_whole_vae_and_the_cache_uses_it_with_its_o
     mean, std = torch.tensor(c["latents_mean"]), torch.tensor(c["latents_std"])
     assert torch.allclose(mean, c["latents"].mean((0, 2, 3, 4)), atol=1e-5)
     assert torch.allclose(c["x0"], (c["latents"] - mean.view(1, -1, 1, 1, 1)) / std.view(1, -1, 1, 1, 1), atol=1e-5)
+    assert c["fg"].shape == (4, 1, *c["latents"].shape[2:]) and 0 < c["fg"].float().mean() < 0.5
+
+
+def test_latent_foreground_marks_the_latent_that_folds_the_changed_pixels(load_script):
+    mod = load_script("train_deficit_world")
+    frames = np.full((1, 17, 64, 64, 3), 30, np.uint8)
+    frames[0, 6, 10, 20] = (200, 40, 40)  # frame 6 is folded into latent frame 2 (frames 5-8)
+    frames[0, 0, 40, 4] = (40, 200, 40)  # frame 0 is latent frame 0 alone
+    fg = mod.latent_foreground(frames, 5)
+    assert fg.shape == (1, 1, 5, 16, 16) and fg.dtype == torch.bool
+    assert {tuple(i) for i in fg[0, 0].nonzero().tolist()} == {(2, 2, 5), (0, 10, 1)}
