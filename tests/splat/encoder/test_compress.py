@@ -778,3 +778,23 @@ def test_no_render_check_and_no_search_still_encodes(kwargs):
     scene = random_scene(600, degree=0, seed=4)
     res = compress(scene, ratio=10, prune_search=0, refine_steps=0, num_views=4, view_size=32, **kwargs)
     assert decompress(res.data).num_gaussians > 0
+
+
+def test_prune_search_runs_variants_one_at_a_time_above_the_float_limit(asset, monkeypatch):
+    """The pinned variants share two threads only while the leaves' floats stay under
+    ``_PRUNE_PARALLEL_MAX_FLOATS`` (memory: each renders and holds a pyramid beside the other);
+    above it they run one at a time and write the same bytes."""
+    from visionmoe.splat.encoder import prune as prune_stage
+    from visionmoe.splat.encoder import rung_search as rungs_stage
+
+    monkeypatch.setattr(prune_stage, "_PRUNE_REUSE_TREE_ABOVE", 0)
+    monkeypatch.setattr(rungs_stage, "FILL_BELOW", 0.0)
+    pools, real_pool = [], prune_stage.ThreadPoolExecutor
+    monkeypatch.setattr(prune_stage, "ThreadPoolExecutor", lambda max_workers: pools.append(max_workers) or
+                        real_pool(max_workers=max_workers))
+    scene, cams, contrib = asset
+    threaded = compress(scene, ratio=9, cameras=cams, contributions=contrib, refine_steps=0)
+    assert pools == [2]
+    monkeypatch.setattr(prune_stage, "_PRUNE_PARALLEL_MAX_FLOATS", scene.num_gaussians * 14 - 1)
+    serial = compress(scene, ratio=9, cameras=cams, contributions=contrib, refine_steps=0)
+    assert pools == [2] and serial.data == threaded.data

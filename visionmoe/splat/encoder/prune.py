@@ -51,11 +51,15 @@ _PRUNE_FREE_MAX_LEAVES = 150_000
 # up to 11% further on the search views (plant 10x, (5, 0) at 103k leaves: 1.80e-5 vs 1.62e-5)
 # and a close call flipped to a variant 4 dB worse at 512 px (45.1 -> 41.3 dB).
 _PRUNE_REUSE_TREE_ABOVE = 150_000
-# Above this many leaves those independent variants run one at a time: each holds a pyramid
-# without some leaves, its symbols and its encodes. Two at once took a 300k-Gaussian SH3 scene
-# (tiled ertz_couch_sh3) at 20x to 2.37 GB peak RSS, one at a time 1.95 GB, same file size
-# (docs/SCALING.md).
+# Above this many leaves, or this many of the leaves' floats (14 per Gaussian plus 3 per SH
+# coefficient beyond the base colour), those independent variants run one at a time: each holds
+# a pyramid without some leaves, its symbols and its encodes, and renders beside the other.
+# Tiled ertz_couch_sh3 at 20x (docs/SCALING.md), the same bytes either way: 1M Gaussians (753k
+# leaves, 44M floats) peaked at 6.01 GB two at a time and 4.40 GB one at a time, the pruning
+# search 23.1 s against 31.7 s (one thread each, beside a busy core); 300k (243k leaves, 14M
+# floats) 2.09 GB two at a time. SH0 at 1M (14M floats) peaked at 2.96 GB two at a time.
 _PRUNE_PARALLEL_MAX_LEAVES = 1_000_000
+_PRUNE_PARALLEL_MAX_FLOATS = 20_000_000
 # Above this many leaves a pinned rung's symbols on the base's tree are dropped once its variant
 # is coded (quantised again if a refill or top-up pins it again): each is an [N, 45] grid and
 # more at SH3, and up to three pinned rungs were held beside the variants' own trees.
@@ -204,7 +208,9 @@ def search_pruning(base: Variant, seeds: PinnedSeeds | None, job: PruneJob, prog
     # playbot 20x, both cores already busy.)
     independent = list(dict.fromkeys(v for v in variants if v[1] is not None and v[1][0] != start[0] + 2
                                      and v[1] in attempt.estimates))
-    pool = ThreadPoolExecutor(max_workers=2) if 1 < len(independent) and n <= _PRUNE_PARALLEL_MAX_LEAVES else None
+    floats = n * (14 + 3 * ((job.sh_degree + 1) ** 2 - 1))
+    parallel = n <= _PRUNE_PARALLEL_MAX_LEAVES and floats <= _PRUNE_PARALLEL_MAX_FLOATS
+    pool = ThreadPoolExecutor(max_workers=2) if 1 < len(independent) and parallel else None
     try:
         base = Variant(job.error(decode_coded(base.encoding.data)), base.encoding, base.tree)
         logger.debug("prune search: cut of %d primitives over %d leaves, %d bytes, verify MSE %.3g",
