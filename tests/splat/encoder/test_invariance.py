@@ -105,3 +105,21 @@ def test_pyramid_of_a_rescaled_scene_is_the_rescaled_pyramid(scale):
         torch.testing.assert_close(b.levels[lv].opacity_logits, a.levels[lv].opacity_logits, rtol=0, atol=1e-3)
         torch.testing.assert_close(b.distortion[lv], a.distortion[lv], rtol=1e-3, atol=1e-4)
     assert float(a.levels[-2].log_scales.min()) < -12.0  # merged thin axes below the old floor
+
+
+def test_sh_bands_rotated_in_row_blocks_are_bit_identical(monkeypatch):
+    """``transform_scene`` rotates the SH bands in float64 a block of rows at a time (memory at
+    millions of Gaussians); the result does not depend on the block size."""
+    from visionmoe.splat import similarity
+
+    g = torch.Generator().manual_seed(5)
+    n = 1000
+    scene = GaussianScene(means=torch.randn(n, 3, generator=g), quats=torch.randn(n, 4, generator=g),
+                          log_scales=torch.randn(n, 3, generator=g) - 3, opacity_logits=torch.randn(n, generator=g),
+                          sh_dc=torch.randn(n, 3, generator=g), sh_rest=torch.randn(n, 15, 3, generator=g))
+    R = rotation_matrix([0.3, 1.0, 0.2], 37.0)
+    whole = similarity.transform_scene(scene, R, [0.5, 0.0, -1.0], 2.0)
+    monkeypatch.setattr(similarity, "_SH_ROWS", 97)
+    blocks = similarity.transform_scene(scene, R, [0.5, 0.0, -1.0], 2.0)
+    assert torch.equal(whole.sh_rest, blocks.sh_rest) and whole.sh_rest.dtype == scene.sh_rest.dtype
+    assert not torch.equal(whole.sh_rest, scene.sh_rest)  # the bands did turn
