@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import shutil
 import sys
@@ -57,7 +56,8 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from train_toy_world import fit_dit, log, lr_factor, save_ckpt, save_world  # noqa: E402
+from train_toy_world import (fit_dit, load_vae_ckpt, log, lr_factor, reconstruction_step,  # noqa: E402
+                             save_ckpt, save_vae_ckpt, save_world)
 
 from visionmoe.video.data.law_variants import generate_law_clip  # noqa: E402
 from visionmoe.video.data.synthetic import generate_clip  # noqa: E402
@@ -185,10 +185,7 @@ def train_vae(a):
     torch.manual_seed(a.seed + 7)
     step, used = 0, 0.0
     if os.path.exists(ck):
-        st = torch.load(ck, weights_only=False)
-        vae.load_state_dict(st["model"]); opt.load_state_dict(st["opt"])
-        step, used = st["step"], st["seconds"]; rng.bit_generator.state = st["rng"]; torch.set_rng_state(st["torch_rng"])
-        log(f"vae: resumed at step {step}")
+        step, used = load_vae_ckpt(ck, vae, opt, rng)
     vae.train()
     t0, last_ck, run = time.time() - used, time.time(), None
     while step < a.vae_steps and time.time() - t0 < a.vae_minutes * 60:
@@ -200,25 +197,16 @@ def train_vae(a):
         err = vae.decode(post.sample()).sample - x
         kl = 0.5 * (post.mean.pow(2) + post.var - 1.0 - post.logvar).mean()
         loss = (w * (err.abs() + err.pow(2))).mean() + a.kl_weight * kl
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(vae.parameters(), 1.0)
-        opt.step()
+        m = reconstruction_step(opt, vae.parameters(), loss, err, w)
         step += 1
-        with torch.no_grad():
-            fgm = ((err.pow(2).mean(1, keepdim=True) * (w > 1)).sum() / (w > 1).sum().clamp(min=1)).item()
-        m = np.array([loss.item(), 10 * math.log10(4 / max(err.pow(2).mean().item(), 1e-10)),
-                      10 * math.log10(4 / max(fgm, 1e-10))])
         run = m if run is None else 0.95 * run + 0.05 * m
         if step % 10 == 0:
             log(f"vae step {step} loss {run[0]:.4f} psnr {run[1]:.2f} fg-psnr {run[2]:.2f} "
                 f"{(time.time() - t0) / step:.2f} s/step")
         if time.time() - last_ck > 120:
-            save_ckpt(ck, model=vae.state_dict(), opt=opt.state_dict(), step=step, seconds=time.time() - t0,
-                      rng=rng.bit_generator.state, torch_rng=torch.get_rng_state())
+            save_vae_ckpt(ck, vae, opt, step, t0, rng)
             last_ck = time.time()
-    save_ckpt(ck, model=vae.state_dict(), opt=opt.state_dict(), step=step, seconds=time.time() - t0,
-              rng=rng.bit_generator.state, torch_rng=torch.get_rng_state())
+    save_vae_ckpt(ck, vae, opt, step, t0, rng)
     log(f"vae: done, {step} steps in {(time.time() - t0) / 60:.1f} min")
 
 
@@ -334,15 +322,8 @@ def train_decoder(a):
         rec = vae.decode(lat[torch.from_numpy(idx)]).sample
         err = rec - x
         loss = (w * (err.abs() + err.pow(2))).mean()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
+        m = reconstruction_step(opt, params, loss, err, w)
         step += 1
-        with torch.no_grad():
-            fgm = ((err.pow(2).mean(1, keepdim=True) * (w > 1)).sum() / (w > 1).sum().clamp(min=1)).item()
-        m = np.array([loss.item(), 10 * math.log10(4 / max(err.pow(2).mean().item(), 1e-10)),
-                      10 * math.log10(4 / max(fgm, 1e-10))])
         run = m if run is None else 0.95 * run + 0.05 * m
         if step % 10 == 0:
             log(f"decoder step {step} loss {run[0]:.4f} psnr {run[1]:.2f} fg-psnr {run[2]:.2f} "

@@ -126,6 +126,34 @@ def lr_factor(elapsed: float, budget: float, steps: int, max_steps: int) -> floa
     return 0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(1.0, (frac - 0.6) / 0.4)))
 
 
+def save_vae_ckpt(path, vae, opt, step: int, t0: float, rng) -> None:
+    """A resumable VAE checkpoint: weights, optimiser, step, seconds since ``t0``, both generators."""
+    save_ckpt(path, model=vae.state_dict(), opt=opt.state_dict(), step=step, seconds=time.time() - t0,
+              rng=rng.bit_generator.state, torch_rng=torch.get_rng_state())
+
+
+def load_vae_ckpt(path, vae, opt, rng) -> tuple[int, float]:
+    """Resume from :func:`save_vae_ckpt`: weights, optimiser and generators restored; -> (step, seconds)."""
+    st = torch.load(path, weights_only=False)
+    vae.load_state_dict(st["model"]); opt.load_state_dict(st["opt"])
+    rng.bit_generator.state = st["rng"]; torch.set_rng_state(st["torch_rng"])
+    log(f"vae: resumed at step {st['step']} ({st['seconds'] / 60:.1f} min)")
+    return st["step"], st["seconds"]
+
+
+def reconstruction_step(opt, params, loss, err, w) -> np.ndarray:
+    """One clipped optimiser step on ``loss``; -> [loss, PSNR, foreground PSNR (where ``w`` > 1)] of the
+    reconstruction error ``err`` (images in [-1, 1])."""
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, 1.0)
+    opt.step()
+    with torch.no_grad():
+        mse = err.pow(2).mean().item()
+        fgm = ((err.pow(2).mean(1, keepdim=True) * (w > 1)).sum() / (w > 1).sum().clamp(min=1)).item()
+    return np.array([loss.item(), 10 * math.log10(4 / max(mse, 1e-10)), 10 * math.log10(4 / max(fgm, 1e-10))])
+
+
 def log(msg):
     print(time.strftime("%H:%M:%S"), msg, flush=True)
 
@@ -147,10 +175,7 @@ def train_vae(a, frames, pos):
     step, used = 0, 0.0
     rng = np.random.default_rng(a.seed + 1)
     if os.path.exists(ck):
-        st = torch.load(ck, weights_only=False)
-        vae.load_state_dict(st["model"]); opt.load_state_dict(st["opt"])
-        step, used = st["step"], st["seconds"]; rng.bit_generator.state = st["rng"]; torch.set_rng_state(st["torch_rng"])
-        log(f"vae: resumed at step {step} ({used / 60:.1f} min)")
+        step, used = load_vae_ckpt(ck, vae, opt, rng)
     vae.train()
     # background of each clip = temporal median (static): foreground weights
     N, Fr, H, W, _ = frames.shape
@@ -182,26 +207,17 @@ def train_vae(a, frames, pos):
         rec_loss = (w * (err.abs() + err.pow(2))).mean()
         kl = 0.5 * (post.mean.pow(2) + post.var - 1.0 - post.logvar).mean()
         loss = rec_loss + a.kl_weight * kl
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(vae.parameters(), 1.0)
-        opt.step()
+        m = reconstruction_step(opt, vae.parameters(), loss, err, w)
         step += 1
-        with torch.no_grad():
-            mse = err.pow(2).mean().item()
-            fgm = ((err.pow(2).mean(1, keepdim=True) * (w > 1)).sum() / (w > 1).sum().clamp(min=1)).item()
-        m = np.array([loss.item(), 10 * math.log10(4 / max(mse, 1e-10)), 10 * math.log10(4 / max(fgm, 1e-10))])
         ema = m if ema is None else 0.95 * ema + 0.05 * m
         if step % 20 == 0:
             log(f"vae step {step} loss {ema[0]:.4f} psnr {ema[1]:.2f} fg-psnr {ema[2]:.2f} "
                 f"lr {opt.param_groups[0]['lr']:.2e} logvar {post.logvar.mean().item():.2f} |mu| {post.mean.abs().mean().item():.3f} "
                 f"{(time.time() - t0) / step:.2f} s/step")
         if time.time() - last_ck > 120:
-            save_ckpt(ck, model=vae.state_dict(), opt=opt.state_dict(), step=step, seconds=time.time() - t0,
-                      rng=rng.bit_generator.state, torch_rng=torch.get_rng_state())
+            save_vae_ckpt(ck, vae, opt, step, t0, rng)
             last_ck = time.time()
-    save_ckpt(ck, model=vae.state_dict(), opt=opt.state_dict(), step=step, seconds=time.time() - t0,
-              rng=rng.bit_generator.state, torch_rng=torch.get_rng_state())
+    save_vae_ckpt(ck, vae, opt, step, t0, rng)
     log(f"vae: done, {step} steps in {(time.time() - t0) / 60:.1f} min")
     return vae
 
