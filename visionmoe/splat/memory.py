@@ -24,7 +24,7 @@ KEEP_FREED_MEMORY_MAX_GAUSSIANS = 1_000_000
 # SH3 peak, 6.28 GB); above, through the 1M peak and a 6M SH3 peak of 15.74 GB. Those peaks were
 # sampled with a stack walk that itself kept arrays alive (upper bounds); the encoder's own
 # peaks, sampled without it, lie below both lines at every size and degree measured (SH0 and
-# SH3, 100k-6M; 1.4-2.1x below from 300k up; tests/splat/encoder/test_memory_limit.py), so the
+# SH3, 100k-6M; 1.3-2.2x below; tests/splat/encoder/test_memory_limit.py), so the
 # estimate errs on the side of refusing, and one line serves every degree.
 ENCODE_BASE_BYTES = 2_000_000_000
 ENCODE_BYTES_PER_GAUSSIAN = 4280
