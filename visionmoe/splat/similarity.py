@@ -103,7 +103,7 @@ def transform_scene(scene: GaussianScene, rotation=None, translation=None, scale
         bands = _sh_rotation(scene.sh_degree, R)
         out = torch.empty_like(rest)
         for i in range(0, rest.shape[0], _SH_ROWS):  # float64 a block at a time: [N, 15, 3] at 6M is 2.2 GB
-            block = rest[i:i + _SH_ROWS].double()
+            block = rest[i:i + _SH_ROWS].to(torch.float64, copy=True)  # never the caller's own (float64) rows
             for band, D in enumerate(bands, start=1):
                 sl = slice(band * band - 1, (band + 1) ** 2 - 1)
                 block[:, sl] = torch.einsum("ij,njc->nic", D, block[:, sl])

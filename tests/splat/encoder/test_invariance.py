@@ -123,3 +123,8 @@ def test_sh_bands_rotated_in_row_blocks_are_bit_identical(monkeypatch):
     blocks = similarity.transform_scene(scene, R, [0.5, 0.0, -1.0], 2.0)
     assert torch.equal(whole.sh_rest, blocks.sh_rest) and whole.sh_rest.dtype == scene.sh_rest.dtype
     assert not torch.equal(whole.sh_rest, scene.sh_rest)  # the bands did turn
+    scene64 = scene.to(dtype=torch.float64)
+    before = scene64.sh_rest.clone()
+    turned = similarity.transform_scene(scene64, R, [0.5, 0.0, -1.0], 2.0)
+    assert torch.equal(scene64.sh_rest, before)  # a float64 scene's own bands are left alone
+    torch.testing.assert_close(turned.sh_rest, whole.sh_rest.double(), atol=1e-5, rtol=0)
