@@ -164,10 +164,10 @@ def vae_batch(frames, pos, idx, a, rng):
             x0, y0 = int(np.clip(round(cx - C / 2), 0, W - C)), int(np.clip(round(cy - C / 2), 0, H - C))
         else:
             x0, y0 = int(rng.integers(0, W - C + 1)), int(rng.integers(0, H - C + 1))
-        clip = frames[i, :T, y0:y0 + C, x0:x0 + C].astype(np.float32)
-        bg = np.median(frames[i, :, y0:y0 + C, x0:x0 + C].astype(np.float32), axis=0)
-        xs.append(frames[i, :T, y0:y0 + C, x0:x0 + C])
-        ws.append((np.abs(clip - bg).max(-1) > 12).astype(np.float32))
+        crop = frames[i, :, y0:y0 + C, x0:x0 + C]
+        bg = np.median(crop.astype(np.float32), axis=0)
+        xs.append(crop[:T])
+        ws.append((np.abs(crop[:T].astype(np.float32) - bg).max(-1) > 12).astype(np.float32))
     return to_tensor(np.stack(xs)), 1.0 + a.fg_weight * torch.from_numpy(np.stack(ws))[:, None]
 
 
@@ -211,12 +211,13 @@ def train_vae(a):
 
 
 def load_work_vae(a, vae):
-    """``vae`` with the ``vae`` phase's weights when that phase ran in ``--work``; whether it did."""
+    """``vae`` given the ``vae`` phase's weights when that phase ran in ``--work``: its checkpoint, else None."""
     ck = os.path.join(a.work, "vae.pt")
     if not os.path.exists(ck):
-        return False
-    vae.load_state_dict(torch.load(ck, weights_only=False)["model"])
-    return True
+        return None
+    st = torch.load(ck, weights_only=False)
+    vae.load_state_dict(st["model"])
+    return st
 
 
 # ------------------------------------------------------------------------------------------
@@ -249,7 +250,7 @@ def build_cache(a):
         f"old {sum(s[0] == 'old' for s in specs)}")
     pipe = WanPipeline.from_pretrained(a.base, local_files_only=True)
     vae = pipe.vae.eval()
-    own_vae = load_work_vae(a, vae)
+    own_vae = load_work_vae(a, vae) is not None
     old_n, new_n, added = extend_tokenizer(os.path.join(a.base, "tokenizer"), os.path.join(a.work, "tokenizer"), caps)
     log(f"tokenizer: vocabulary {old_n} -> {new_n}, added {added}")
     tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(a.work, "tokenizer", "tokenizer.json"), pad_token="<pad>",
@@ -276,7 +277,8 @@ def build_cache(a):
     fg = latent_foreground(frames, lat.shape[2])
     torch.save({"latents": lat, "x0": (lat - mean) / std, "captions": uniq, "cap_idx": cap_idx, "emb": emb,
                 "specs": specs, "pos": torch.from_numpy(pos),
-                "latents_mean": mean.flatten().tolist(), "latents_std": std.flatten().tolist(), "fg": fg}, os.path.join(a.work, "cache.pt"))
+                "latents_mean": mean.flatten().tolist(), "latents_std": std.flatten().tolist(), "fg": fg},
+               os.path.join(a.work, "cache.pt"))
     te.save_pretrained(os.path.join(a.work, "text_encoder"), safe_serialization=True)
     log(f"cache: {tuple(lat.shape)}, {len(uniq)} captions, {time.time() - t0:.0f} s")
 
@@ -392,10 +394,10 @@ def export(a):
     pipe.text_encoder = UMT5EncoderModel.from_pretrained(os.path.join(a.work, "text_encoder")).eval()
     info = {"base": "toy_world (shipped)", "seed": a.seed, "num_clips": a.num_clips, "unlawful_frac": a.unlawful_frac,
             "old_frac": a.old_frac, "old_fall_frac": a.old_fall_frac}
-    if load_work_vae(a, pipe.vae):
+    st = load_work_vae(a, pipe.vae)
+    if st is not None:
         c = torch.load(os.path.join(a.work, "cache.pt"), weights_only=False)
         pipe.vae.register_to_config(latents_mean=c["latents_mean"], latents_std=c["latents_std"])
-        st = torch.load(os.path.join(a.work, "vae.pt"), weights_only=False)
         info.update(vae_steps=st["step"], vae_minutes=round(st["seconds"] / 60, 1))
     dk = os.path.join(a.work, "decoder.pt")
     if os.path.exists(dk):
@@ -448,6 +450,8 @@ def main(argv=None):
     p.add_argument("--high-noise-frac", type=float, default=0.5)
     p.add_argument("--high-noise-min", type=float, default=0.85)
     a = p.parse_args(argv)
+    if a.phase == "vae" and a.vae_minutes <= 0:
+        p.error("--phase vae needs a budget: --vae-minutes M (M > 0)")
     torch.set_num_threads(a.threads)
     os.makedirs(a.work, exist_ok=True)
     with open(os.path.join(a.work, f"args_{a.phase}.json"), "w") as fh:

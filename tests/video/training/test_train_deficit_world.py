@@ -33,12 +33,15 @@ def test_the_vae_phase_fine_tunes_the_whole_vae_and_the_cache_uses_it_with_its_o
     from diffusers import AutoencoderKLWan
 
     mod = load_script("train_deficit_world")
+    with pytest.raises(SystemExit):  # the vae phase without a budget is refused, not a no-op checkpoint
+        mod.main(["--phase", "vae", "--work", str(tmp_path)])
+    assert not (tmp_path / "vae.pt").exists()
     common = ["--work", str(tmp_path), "--num-clips", "4", "--vae-minutes", "5"]
     assert mod.main(["--phase", "vae", *common, "--vae-steps", "2", "--vae-batch", "2", "--vae-frames", "5",
                      "--vae-crop", "32"]) == 0
     shipped = AutoencoderKLWan.from_pretrained(str(TOY_WORLD_PATH / "vae"), local_files_only=True).eval()
     tuned = AutoencoderKLWan.from_pretrained(str(TOY_WORLD_PATH / "vae"), local_files_only=True).eval()
-    assert mod.load_work_vae(SimpleNamespace(work=str(tmp_path)), tuned)
+    assert mod.load_work_vae(SimpleNamespace(work=str(tmp_path)), tuned)["step"] == 2
     assert not torch.equal(tuned.encoder.conv_in.weight, shipped.encoder.conv_in.weight)  # the encoder trained too
     assert mod.main(["--phase", "cache", *common]) == 0
     c = torch.load(tmp_path / "cache.pt", weights_only=False)
