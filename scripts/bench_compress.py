@@ -220,7 +220,7 @@ def main() -> int:
             t = time.perf_counter()
             dec = decompress(res.data)
             dec_s = time.perf_counter() - t
-            g, a = res.preset_index
+            g, a = res.preset_index[:2]
             note = (f"preset {g},{a}; {res.primitives} primitives, terminal per level {res.primitives_per_level}; "
                     f"SH kept on {res.preset.sh_fraction:.0%} (degree {min(res.preset.sh_degree, scene.sh_degree)})")
             record(f"PGMS {r:g}x", res.nbytes, enc, dec_s, dec, note, target_bytes=res.target_bytes,

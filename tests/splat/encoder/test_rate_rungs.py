@@ -158,3 +158,43 @@ def test_a_fractional_rung_codes_and_decodes():
     # closer to the original than rung 13, in position
     err = [float((decompress(r.data).means.sort(0).values - s.means.sort(0).values).abs().mean()) for r in sizes]
     assert err[2] < err[1] < err[0], err
+
+
+def test_a_fill_short_below_a_bit_depth_jump_holds_the_bits():
+    """Between rungs 11 and 12 the rotation bits round 8 -> 9 at 11.5 and the file jumps 3%; a
+    target inside the jump is filled by rung 11's bit depths with the steps moved on toward 12
+    (``bits_from``), to at least FILL_BELOW of it, every leaf kept, and the file decodes."""
+    from visionmoe.splat.encoder.contribution import prune
+    from visionmoe.splat.encoder.rung_search import FILL_BELOW, RungSearch, _fill_between_rungs, allocate_and_encode
+    from visionmoe.splat.encoder.stages import Progress, StageTimes
+    from visionmoe.splat.encoder.tree import build_tree
+
+    scene = random_scene(3000, 0, seed=12)
+    kept, w = prune(scene, torch.rand(3000, generator=torch.Generator().manual_seed(0)) + 0.1, 0.0)
+    tree = build_tree(kept, w, 0, 3000, 10**6)
+    leaves = tree.pyramid.levels[-1].num_gaussians
+
+    def pinned(pin, target=10**6):
+        return allocate_and_encode(tree, target, pin=pin, seed=0, prog=Progress(False), times=StageTimes()).encoding
+
+    below, above = pinned((11.484375, 0)), pinned((11.5, 0))
+    target = (below.nbytes + above.nbytes) // 2
+    assert below.nbytes < FILL_BELOW * target < target < above.nbytes  # inside the jump
+    filled = _fill_between_rungs(RungSearch(tree, target, 0, Progress(False)), pinned((11, 0), target))
+    g, a, bits_from = filled.rung.index
+    assert 11.5 < g < 12 and a == 0 and bits_from == 11, filled.rung.index
+    assert filled.rung.preset.rot_bits == GEOMETRY_LADDER[11][4] and filled.rung.preset.op_bits == GEOMETRY_LADDER[11][3]
+    assert FILL_BELOW * target <= filled.nbytes <= target and sum(filled.terminal) == leaves, (filled.nbytes, target)
+    assert decompress(filled.data).num_gaussians == leaves
+
+
+def test_bits_from_holds_the_bit_depths_only():
+    """``bits_from`` keeps one end's opacity and rotation bits; steps and codebook cap are the
+    fractional rung's own; a rung that is not next to the geometry is refused."""
+    plain, held = make_preset(11.75, 0), make_preset(11.75, 0, bits_from=11)
+    assert (held.op_bits, held.rot_bits) == tuple(GEOMETRY_LADDER[11][3:5]) != (plain.op_bits, plain.rot_bits)
+    assert (held.pos_rel, held.dc_step, held.ls_step, held.shape_codebook) == \
+        (plain.pos_rel, plain.dc_step, plain.ls_step, plain.shape_codebook)
+    assert make_preset(11.25, 0, bits_from=12).rot_bits == GEOMETRY_LADDER[12][4]
+    with pytest.raises(ValueError, match="preset rungs"):
+        make_preset(11.5, 0, bits_from=13)

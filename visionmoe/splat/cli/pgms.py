@@ -194,7 +194,7 @@ def cmd_compress(args) -> int:
         res = _compress(args, scene)
         elapsed = time.perf_counter() - t
         res.save(out)
-        g, a = res.preset_index
+        g, a = res.preset_index[:2]
         print(f"wrote {out}: {res.nbytes} bytes, {res.ratio:.2f}x vs float32 .ply ({res.reference_bytes} bytes), "
               f"{res.primitives} primitives from {res.input_gaussians} Gaussians, preset {g},{a}, {elapsed:.1f} s")
         # a target missed and a decode above the default budget are the encoder's warnings (stderr)

@@ -52,7 +52,7 @@ class CompressResult:
     data: bytes
     reference_bytes: int  # native-degree float32 .ply size of the input
     target_bytes: int | None
-    preset_index: tuple[float, float]  # (geometry rung, appearance rung), fractional where between two
+    preset_index: tuple  # (geometry rung, appearance rung[, bits_from]), fractional where between two
     preset: Preset
     primitives: int  # terminal primitives in the full decode
     primitives_per_level: list[int]

@@ -139,7 +139,7 @@ def _variants(base: Variant, seeds: PinnedSeeds | None, job: PruneJob, keeps_all
         return [(int(min(f * terminal, 0.9 * n)), None) for f in _PRUNE_KEEP_MERGED]
     rates = seeds.rates if seeds is not None else {}
     calib = enc.nbytes / max(float(enc.rung.plan.rate[enc.k]) + enc.rung.fixed_bytes, 1.0)
-    g, a = enc.rung.index
+    g, a = enc.rung.index[:2]
     variants = []
     for pi in ((g + 1, a), (g, a + 1), (g + 2, a)):
         if pi in rates:

@@ -35,8 +35,10 @@ class Rung:
     symbols: list[dict] = field(default_factory=list)  # per level: closed-loop symbols (quantize_tree)
 
     @property
-    def index(self) -> tuple[float, int]:
-        return self.preset.geometry, self.preset.appearance
+    def index(self) -> tuple:
+        """(geometry, appearance), or (geometry, appearance, bits_from) where the bits are held."""
+        p = self.preset
+        return (p.geometry, p.appearance) if p.bits_from is None else (p.geometry, p.appearance, p.bits_from)
 
 
 @dataclass

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from ..pgms.decode import decode_coded
-from .allocator import APPEARANCE_LADDER, CLIMB_START_GEOMETRY, GEOMETRY_LADDER, make_preset, plan_cut
+from .allocator import APPEARANCE_LADDER, CLIMB_START_GEOMETRY, GEOMETRY_LADDER, geometry_rung, make_preset, plan_cut
 from .cut import CutTuner, Encoding
 from .rung import CodebookCache, Rung, TreeMemo, estimate_rung, quantize_tree, sample_nodes
 from .stages import Progress, StageTimes
@@ -39,11 +39,13 @@ KEEPS_ALL_SHARE = 0.9  # a cut with at least this share of the leaves as primiti
 # file fills FILL_BELOW. Three bisections (1/8 of a rung, the former rule) behind a 97% threshold
 # left SOG's size short; now (held-out PSNR): guitar fast 99.6% -> 99.9% (64.85 -> 65.65 dB),
 # fruit_drops_minimal fast 93.6% -> 99.6% at (17, 12.53) (59.43 -> 60.90 dB). The size can jump
-# between two neighbouring fractional rungs, and a target inside the jump stays short: a bit depth
-# rounds up at t = 0.5 (guitar default, rotation 8 -> 9 bits at 11.5: 97.9%, 64.14 -> 64.78 dB),
-# a palette turns on (statue_st_peter fast, lossless colours from 8.64: +5.5%, 96.4%). There a
-# merged cut at the finer rung rendered 15 dB worse, and dropping the faintest 2.2% to fit it
-# (judged on the rung check's 4 views) 0.42 dB worse on held-out views: neither is done.
+# between two neighbouring fractional rungs. Where a bit depth rounds up (guitar default at SOG's
+# size, rotations 8 -> 9 bits at 11.5: the file 97.9% -> 100.7% of the target) the fill goes on
+# with the lower rung's bit depths and finer steps (allocator.geometry_rung's ``bits_from``):
+# 99.7%, held-out 64.78 -> 65.29 dB. Where a palette turns on (statue_st_peter fast, lossless
+# colours from 8.64: +5.5%, 96.4%) the target stays short: a merged cut at the finer rung
+# rendered 15 dB worse, and dropping the faintest 2.2% to fit it (judged on the rung check's 4
+# views) 0.42 dB worse on held-out views.
 # The shortlist's next rung is quantised ahead on a second thread up to this many leaves; above,
 # one rung at a time: 3M SH3 Gaussians (tiled ertz_couch_sh3, 1.9M kept) at 20x peaked at
 # 17.11-17.66 GB with it, 10.38-13.48 GB without (two runs alone each way), the same bytes, in
@@ -147,7 +149,7 @@ class RungSearch:
             for axis, size in ((0, len(GEOMETRY_LADDER)), (1, self.n_app)):
                 for step in (-1, 1):
                     while True:
-                        nxt = list(best)
+                        nxt = list(best[:2])  # a neighbour takes its own bit depths (no ``bits_from``)
                         nxt[axis] += step
                         nxt = tuple(nxt)
                         if not 0 <= nxt[axis] <= size - 1 or self.evaluate(nxt) >= self.evaluate(best):
@@ -206,7 +208,7 @@ def make_shortlist(search: RungSearch, check: RenderCheck | None, pinned: bool) 
         # The proxy under-rates geometry precision on some scenes: besides its best rung, verify
         # finer geometry rungs (+2, +4, +6: the ladder is dense at its coarse end) with the same
         # appearance rung.
-        g0, a0 = ranked[0]
+        g0, a0 = ranked[0][:2]
         cands = [(g0 + dg, a0) for dg in (2, 4, 6) if g0 + dg <= len(GEOMETRY_LADDER) - 1]
         steps_up = {(g0 + dg, a0): (g0 + dg - 2, a0) for dg in (2, 4, 6)}
         for pi in cands:
@@ -393,7 +395,7 @@ def _fill_axis(search: RungSearch, enc: Encoding, axis: int, top: float) -> Enco
     """Along one axis of the rung (0: geometry, 1: appearance) up to ``top``: whole rungs while
     every leaf fits, then fractional ones toward the first that does not."""
     target = search.target
-    at = list(enc.rung.index)
+    at = list(enc.rung.index[:2])
 
     def rung(x):
         at[axis] = x
@@ -408,7 +410,19 @@ def _fill_axis(search: RungSearch, enc: Encoding, axis: int, top: float) -> Enco
             over = found
             break
         lo, hi, enc = hi, hi + 1, found
-    for _ in range(FILL_STEPS if over is not None else 0):
+    if over is None:
+        return enc
+    enc, lo = _bisect_fill(search, enc, over, lo, hi, rung)
+    if axis == 0 and enc.nbytes < FILL_BELOW * target:
+        enc = _fill_with_bits_held(search, enc, lo)
+    return enc
+
+
+def _bisect_fill(search: RungSearch, enc: Encoding, over: Encoding, lo: float, hi: float, rung):
+    """Fractional rungs ``rung(x)`` between ``lo`` (``enc``, fits) and ``hi`` (``over``, does
+    not), at most FILL_STEPS, until the file fills FILL_BELOW: -> (the best that fits, its x)."""
+    target = search.target
+    for _ in range(FILL_STEPS):
         x = _fill_point(lo, hi, enc.nbytes, over.nbytes, target)
         if enc.nbytes >= FILL_BELOW * target or x is None:
             break
@@ -418,7 +432,21 @@ def _fill_axis(search: RungSearch, enc: Encoding, axis: int, top: float) -> Enco
             lo, enc = x, found
         else:
             hi, over = x, found
-    return enc
+    return enc, lo
+
+
+def _fill_with_bits_held(search: RungSearch, enc: Encoding, lo: float) -> Encoding:
+    """The fill stopped short below a rounding jump of the bit depths (allocator.geometry_rung):
+    the same bit depths as rung floor(lo), steps moving on toward the next rung."""
+    g, a = math.floor(lo), enc.rung.index[1]
+    if lo == g or geometry_rung(lo)[3:5] != GEOMETRY_LADDER[g][3:5]:
+        return enc  # not below a jump out of rung g's bits
+    top = g + (FILL_GRID - 1) / FILL_GRID
+    far = _every_leaf(search, (top, a, g))
+    logger.debug("every leaf at rung %s: %d bytes of %d", (top, a, g), far.nbytes, search.target)
+    if far.nbytes <= search.target:
+        return far if far.nbytes > enc.nbytes else enc
+    return _bisect_fill(search, enc, far, lo, top, lambda x: (x, a, g))[0]
 
 
 def _fill_between_rungs(search: RungSearch, enc: Encoding) -> Encoding:
@@ -427,7 +455,7 @@ def _fill_between_rungs(search: RungSearch, enc: Encoding) -> Encoding:
     first; at the finest geometry rung, appearance between two per-primitive SH rungs)."""
     top_g, ladder = len(GEOMETRY_LADDER) - 1, APPEARANCE_LADDER
     enc = _fill_axis(search, enc, 0, top_g)
-    g, a = enc.rung.index
+    g, a = enc.rung.index[:2]
     if g == top_g and len(ladder[int(a)]) == 4 and enc.nbytes < FILL_BELOW * search.target:
         enc = _fill_axis(search, enc, 1, len(ladder) - 1)
     logger.debug("every leaf at rung %s: %d bytes of %d", enc.rung.index, enc.nbytes, search.target)
