@@ -173,6 +173,29 @@ def test_backward_matches_reference(device, dtype, sh_degree):
         torch.testing.assert_close(a.cpu() / scale, b / scale, **GRAD_TOL[dtype], msg=name)
 
 
+@pytest.mark.parametrize("bg_grad", [False, True])
+def test_black_background_gradients_match_reference(bg_grad):
+    """A black background skips the compositing multiply (ops.raster.finish); the gradients stay
+    the reference's, and a zero background that requires grad still receives one."""
+    dtype = torch.float64
+    params = [p.requires_grad_() for p in make_scene(60, dtype, None)]
+    bg = torch.zeros(3, dtype=dtype, requires_grad=True) if bg_grad else None
+    viewmats, Ks = make_cameras(2, 37, 29, dtype)
+    out = rasterize(*params, viewmats, Ks, 37, 29, background=bg)
+    cpu = [p.detach().clone().requires_grad_() for p in params]
+    bg_ref = torch.zeros(3, dtype=dtype, requires_grad=True)
+    want = ref.rasterize(*cpu, viewmats, Ks, 37, 29, background=bg_ref)
+    torch.testing.assert_close(out.colors, want.colors)
+    cot = torch.randn(want.colors.shape, generator=torch.Generator().manual_seed(1), dtype=dtype)
+    got = torch.autograd.grad((out.colors * cot).sum(), params + ([bg] if bg_grad else []))
+    exp = torch.autograd.grad((want.colors * cot).sum(), cpu + ([bg_ref] if bg_grad else []))
+    for a, b in zip(got, exp):
+        scale = float(b.abs().max()) + 1e-12
+        torch.testing.assert_close(a / scale, b / scale, **GRAD_TOL[dtype])
+    if bg_grad:
+        assert float(got[-1].abs().sum()) > 0
+
+
 @pytest.mark.parametrize("sh_degree", [None, 2])
 def test_gradcheck_float64(sh_degree):
     params = make_scene(5, torch.float64, sh_degree, spread=0.25, seed=3)

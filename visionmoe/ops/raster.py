@@ -116,7 +116,10 @@ def validate_raster_args(
 def finish(color, trans, depth_acc, background) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Background compositing and expected depth from the raw compositing sums."""
     alpha = 1 - trans
-    colors = color + trans.unsqueeze(-1) * background[:, None, None, :]
+    if background.requires_grad or bool(background.any()):
+        colors = color + trans.unsqueeze(-1) * background[:, None, None, :]
+    else:  # black: adding zeros costs an image-sized multiply forward and two backward per render
+        colors = color
     drawn = alpha > 0
     depth = torch.where(drawn, depth_acc / torch.where(drawn, alpha, torch.ones_like(alpha)), torch.zeros_like(alpha))
     return colors, alpha, depth
