@@ -93,6 +93,18 @@ def load_arm(spec, steps, guidance):
     return pipe
 
 
+def trained_sequence_length(spec) -> int:
+    """The text tokens the world's transformer was trained on (``training_info.json``, written by
+    train_deficit_world.py --max-seq; 512, WanPipeline's default, where it is not recorded)."""
+    from visionmoe.video.models.toy_world import TOY_WORLD_PATH
+
+    path = os.path.join(spec.get("world") or str(TOY_WORLD_PATH), "training_info.json")
+    if not os.path.exists(path):
+        return 512
+    with open(path) as fh:
+        return int(json.load(fh).get("max_sequence_length", 512))
+
+
 def load_vae(world):
     from visionmoe.video.models.toy_world import load_toy_world
 
@@ -108,11 +120,12 @@ def round_trip(vae, frames):
     return ((y.permute(1, 2, 3, 0).clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).numpy()
 
 
-def generate(pipe, caption, seed, steps, guidance):
+def generate(pipe, caption, seed, steps, guidance, max_sequence_length=512):
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         out = pipe(prompt=caption, height=64, width=64, num_frames=17, num_inference_steps=steps,
-                   guidance_scale=guidance, generator=g, output_type="np").frames[0]
+                   guidance_scale=guidance, generator=g, output_type="np",
+                   max_sequence_length=max_sequence_length).frames[0]
     return np.clip(np.rint(np.asarray(out) * 255.0), 0, 255).astype(np.uint8)
 
 
@@ -228,7 +241,7 @@ def main(argv=None):
             if key not in cached:
                 if pipe is None:
                     pipe = load_arm(spec, a.steps, a.guidance)
-                cached[key] = generate(pipe, L.caption, seed, a.steps, a.guidance)
+                cached[key] = generate(pipe, L.caption, seed, a.steps, a.guidance, trained_sequence_length(spec))
             fr = cached[key]
             rows[n].append({"scenario": sc, "seed": seed, **score(fr, sc, L, truth, sim_area)})
             clips[n].setdefault(sc, []).append(fr)

@@ -371,6 +371,11 @@ def train_dit(a):
     c = torch.load(os.path.join(a.work, "cache.pt"), weights_only=False)
     x0_all, emb, cap_idx = c["x0"], c["emb"], c["cap_idx"]
     empty = len(c["captions"]) - 1
+    if a.max_seq < emb.shape[1]:  # the pipeline pads with zeros: cut only padding
+        if emb[:, a.max_seq:].abs().amax() > 0:
+            raise SystemExit(f"--max-seq {a.max_seq} would cut caption tokens: a caption is longer")
+        emb = emb[:, :a.max_seq].contiguous()
+        log(f"dit: text sequences of {a.max_seq} tokens (generate with max_sequence_length={a.max_seq})")
     dit = build_dit(a.base, a.patch)
     weight = None
     if a.dit_fg_weight > 0:
@@ -408,7 +413,8 @@ def export(a):
     if a.patch != pipe.transformer.config.patch_size[1]:
         pipe.transformer = build_dit(a.base, a.patch)
     pipe.transformer.load_state_dict(st["ema"])
-    info.update(dit_steps=st["step"], dit_minutes=round(st["seconds"] / 60, 1), ema=1, args=vars(a))
+    info.update(dit_steps=st["step"], dit_minutes=round(st["seconds"] / 60, 1), ema=1, args=vars(a),
+                max_sequence_length=a.max_seq)
     save_world(pipe, a.export, info)
 
 
@@ -446,6 +452,10 @@ def main(argv=None):
     p.add_argument("--dit-fg-weight", type=float, default=0.0,
                    help="extra weight of foreground latents in the flow loss (0: plain MSE)")
     p.add_argument("--dit-lr", type=float, default=4e-4)
+    p.add_argument("--max-seq", type=int, default=MAX_SEQ,
+                   help="text tokens the transformer sees (the cache's zero padding cut to this many); the "
+                        "pipeline must then be called with the same max_sequence_length (eval_deficit.py reads "
+                        "it from training_info.json)")
     p.add_argument("--shift", type=float, default=3.0)
     p.add_argument("--high-noise-frac", type=float, default=0.5)
     p.add_argument("--high-noise-min", type=float, default=0.85)

@@ -1,6 +1,7 @@
 """scripts/train_deficit_world.py: ``--patch`` (the shipped transformer unchanged at 4; at 2 every
 patch-agnostic weight copied, a locally constant latent embedded as before, the right output shape)
-and the ``vae`` phase (the whole VAE fine-tuned; the cache encodes with it and its own statistics)."""
+and the ``vae`` phase (the whole VAE fine-tuned; the cache encodes with it and its own statistics);
+``--max-seq`` (the text padding cut, recorded for eval_deficit.py's pipeline call)."""
 
 from types import SimpleNamespace
 
@@ -53,6 +54,15 @@ def test_the_vae_phase_fine_tunes_the_whole_vae_and_the_cache_uses_it_with_its_o
     assert torch.allclose(mean, c["latents"].mean((0, 2, 3, 4)), atol=1e-5)
     assert torch.allclose(c["x0"], (c["latents"] - mean.view(1, -1, 1, 1, 1)) / std.view(1, -1, 1, 1, 1), atol=1e-5)
     assert c["fg"].shape == (4, 1, *c["latents"].shape[2:]) and 0 < c["fg"].float().mean() < 0.5
+    # --max-seq cuts the zero padding only, and the export records it for the pipeline call
+    dit = [*common, "--dit-steps", "1", "--dit-batch", "2", "--export", str(tmp_path / "world")]
+    with pytest.raises(SystemExit, match="would cut caption tokens"):
+        mod.main(["--phase", "dit", *dit, "--max-seq", "2"])
+    assert mod.main(["--phase", "dit", *dit, "--max-seq", "32"]) == 0
+    assert mod.main(["--phase", "export", *dit, "--max-seq", "32"]) == 0
+    evaluate = load_script("eval_deficit")
+    assert evaluate.trained_sequence_length({"world": str(tmp_path / "world")}) == 32
+    assert evaluate.trained_sequence_length({}) == 512  # the shipped toy world
 
 
 def test_latent_foreground_marks_the_latent_that_folds_the_changed_pixels(load_script):
