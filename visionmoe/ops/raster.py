@@ -54,7 +54,7 @@ class RasterArgs(NamedTuple):
     sh_degree: int | None
     near: float
     far: float
-    background: torch.Tensor  # [C, 3]
+    background: torch.Tensor | None  # [C, 3]; None: black
 
 
 def validate_raster_args(
@@ -98,9 +98,7 @@ def validate_raster_args(
         means=means, quats=quats, log_scales=log_scales, opacity_logits=opacity_logits,
         colors_or_sh=colors_or_sh, viewmats=viewmats, Ks=Ks, background=background,
     )
-    if background is None:
-        background = means.new_zeros(C, 3)
-    else:
+    if background is not None:
         check_tensor("background", background, dtypes=(dtype,))
         if background.shape == (3,):
             background = background.expand(C, 3)
@@ -116,10 +114,8 @@ def validate_raster_args(
 def finish(color, trans, depth_acc, background) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Background compositing and expected depth from the raw compositing sums."""
     alpha = 1 - trans
-    if background.requires_grad or bool(background.any()):
-        colors = color + trans.unsqueeze(-1) * background[:, None, None, :]
-    else:  # black: adding zeros costs an image-sized multiply forward and two backward per render
-        colors = color
+    # black (None): adding zeros would cost an image-sized multiply forward and two backward
+    colors = color if background is None else color + trans.unsqueeze(-1) * background[:, None, None, :]
     drawn = alpha > 0
     depth = torch.where(drawn, depth_acc / torch.where(drawn, alpha, torch.ones_like(alpha)), torch.zeros_like(alpha))
     return colors, alpha, depth
