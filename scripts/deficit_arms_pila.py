@@ -60,6 +60,23 @@ def write_clips(a):
     print(f"wrote {len(lines)} lawful clips to {root}")
 
 
+def manifest_and_cache(a):
+    """The manifest and latent cache of --labels: the clips' own, or the same clips with their
+    labels permuted across clips (a seeded shuffle: the labels then say nothing about the clip)."""
+    root = os.path.join(a.work, "clips")
+    if a.labels == "true":
+        return os.path.join(root, "manifest.jsonl"), os.path.join(a.work, "cache")
+    path = os.path.join(root, "manifest_shuffled.jsonl")
+    if not os.path.exists(path):
+        with open(os.path.join(root, "manifest.jsonl")) as fh:
+            rows = [json.loads(line) for line in fh if line.strip()]
+        order = torch.randperm(len(rows), generator=torch.Generator().manual_seed(SEED_BASE)).tolist()
+        labels = [rows[i]["labels"] for i in order]
+        with open(path, "w") as fh:
+            fh.write("".join(json.dumps({**r, "labels": lab}) + "\n" for r, lab in zip(rows, labels)))
+    return path, os.path.join(a.work, "cache_shuffled")
+
+
 def n_params(m) -> int:
     return sum(p.numel() for p in m.parameters())
 
@@ -70,15 +87,20 @@ def train_arm(a):
     from visionmoe.video.training.config import TrainConfig
     from visionmoe.video.training.loop import train
 
+    from eval_deficit import trained_sequence_length
+
     pipe = load_backbone(a.world)
-    out = os.path.join(a.work, a.arm)
+    name = a.arm + ("_shuffled" if a.labels == "shuffled" else "") + (f"_seed{a.seed}" if a.seed else "")
+    out = os.path.join(a.work, name)
     os.makedirs(out, exist_ok=True)
-    base = dict(model=a.world, cache_dir=os.path.join(a.work, "cache"), batch_size=a.batch, max_sequence_length=512,
+    manifest, cache = manifest_and_cache(a)
+    base = dict(model=a.world, cache_dir=cache, batch_size=a.batch,
+                max_sequence_length=trained_sequence_length({"world": a.world}),
                 log_every=10, checkpoint_every=10**6, save_dtype="float32", flow_guidance=1.0, sigma_shift=6.0,
                 learning_rate=a.lr, seed=a.seed, apply_to="each_branch", w_law=a.w_law,
                 law_tolerance=a.law_tolerance)
     if not os.path.isdir(base["cache_dir"]):
-        base["data"] = os.path.join(a.work, "clips", "manifest.jsonl")
+        base["data"] = manifest
     S = a.steps
     spec = ARMS[a.arm]
     stages = [(3, S)] if spec.get("structure") == "plain" else [(1, S // 6), (2, S // 6), (3, S - 2 * (S // 6))]
@@ -91,7 +113,8 @@ def train_arm(a):
         prev = res.adapter_dir
         hist.append({"stage": stage, "last": res.history[-1] if res.history else {}})
     ad = PILAAdapter.from_pretrained(prev)
-    info = dict(arm=a.arm, adapter_dir=prev, params=n_params(ad), stages=stages, batch=a.batch, lr=a.lr, seed=a.seed,
+    info = dict(arm=a.arm, labels=a.labels, adapter_dir=prev, params=n_params(ad), stages=stages, batch=a.batch,
+                lr=a.lr, seed=a.seed,
                 w_law=a.w_law, wall_min=round((time.time() - t0) / 60, 2), history=hist,
                 threads=torch.get_num_threads())
     with open(os.path.join(out, "budget.json"), "w") as fh:
@@ -112,6 +135,8 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--w-law", type=float, default=1.0)
     p.add_argument("--law-tolerance", type=float, default=0.0)
+    p.add_argument("--labels", choices=["true", "shuffled"], default="true",
+                   help="the clips' category labels, or the same labels permuted across clips (a control)")
     p.add_argument("--threads", type=int, default=1)
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
