@@ -33,7 +33,9 @@ serve any set of clips (``scripts/eval_physics.py``).
 Modules: :mod:`.metrics` (the CPU proxies), :mod:`.controls` (negative controls),
 :mod:`.scoring` (one clip: headlines, guards, failure), :mod:`.statistics` (arms against the base
 and the simulator), :mod:`.toy_world` (the evaluation on the toy world), :mod:`.benchmarks`
-(PhyGenBench and VideoPhy-2 exports). The names below are this package's API.
+(PhyGenBench and VideoPhy-2 exports), :mod:`.law_params` (the deficit world's per-category law
+fits) and :mod:`.law_judge` (its independent judge of lawful motion). The names below are this
+package's API.
 """
 
 from .scoring import DISTANCE, GUARDS, HEADLINES, SHARES, EvalSettings, object_color, score_clip, track_shape
