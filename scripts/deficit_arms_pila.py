@@ -90,7 +90,8 @@ def train_arm(a):
     from eval_deficit import trained_sequence_length
 
     pipe = load_backbone(a.world)
-    name = a.arm + ("_shuffled" if a.labels == "shuffled" else "") + (f"_seed{a.seed}" if a.seed else "")
+    name = (a.arm + ("_shuffled" if a.labels == "shuffled" else "") + ("_flow_only" if a.w_law == 0 else "")
+            + (f"_seed{a.seed}" if a.seed else ""))
     out = os.path.join(a.work, name)
     os.makedirs(out, exist_ok=True)
     manifest, cache = manifest_and_cache(a)
