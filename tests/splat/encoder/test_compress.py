@@ -350,6 +350,44 @@ def test_prune_search_tops_up_a_winner_that_keeps_every_gaussian():
     assert asked == [] and best is winner
 
 
+def test_prune_search_retries_a_pinned_variant_whose_cut_merged():
+    """A pinned variant whose cut still merged (its rung's size estimate was short) is tried again
+    keeping as many Gaussians as the cut had primitives, and the better of the two competes. A
+    pinned variant that keeps its Gaussians and an unpinned one that merges are not retried."""
+    from types import SimpleNamespace as NS
+
+    from visionmoe.splat.encoder import prune
+
+    def variant(kept, primitives, nbytes, error, pin):
+        enc = NS(nbytes=nbytes, rung=NS(index=pin), terminal=[0, primitives])
+        return prune.Variant(error, enc, NS(kept=NS(num_gaussians=kept)))
+
+    base = variant(1000, 1000, 99_000, 2.0, (2, 0))
+
+    def search(outcomes, variants):
+        asked = []
+
+        def attempt(m, pin):
+            asked.append((m, pin))
+            return outcomes[(m, pin)]
+
+        attempt.start = (2, 0)
+        best, _, _ = prune._try_variants(base, variants, {}, attempt, NS(target=100_000), lambda *a: None)
+        return best, asked
+
+    merged, unmerged = variant(900, 850, 98_000, 3.0, (3, 0)), variant(850, 850, 99_000, 1.0, (3, 0))
+    free = variant(800, 700, 97_000, 2.5, (2, 0))
+    outcomes = {(900, (3, 0)): merged, (850, (3, 0)): unmerged, (800, None): free}
+    best, asked = search(outcomes, [(900, (3, 0)), (800, None)])
+    assert asked == [(900, (3, 0)), (850, (3, 0)), (800, None)] and best is unmerged
+    worse = variant(850, 850, 99_000, 2.9, (3, 0))  # the retry renders worse than the base: the base stays
+    best, asked = search({**outcomes, (850, (3, 0)): worse}, [(900, (3, 0))])
+    assert asked == [(900, (3, 0)), (850, (3, 0))] and best is base
+    kept = variant(900, 895, 98_000, 1.5, (3, 0))  # 99.4% of its Gaussians are primitives: no retry
+    best, asked = search({**outcomes, (900, (3, 0)): kept}, [(900, (3, 0)), (800, None)])
+    assert asked == [(900, (3, 0)), (800, None)] and best is kept
+
+
 def test_refinement_is_kept_only_when_it_renders_closer(asset, monkeypatch):
     """The default (auto) refinement fits the chosen primitives to the original scene's renders;
     its re-encoding replaces the plain one only if it renders closer on the contribution views."""

@@ -81,6 +81,12 @@ _PRUNE_KEEP_ALL_BELOW_DB = 60.0
 # The refill keeps the variant's rungs (more Gaussians at the same precision is what the keep
 # count was scaled for): no rung search and no render checks, a quarter of a full allocation.
 _PRUNE_REFILL_BELOW = 0.97
+# A pinned variant's keep count comes from the base run's size estimate of its rung; where the
+# estimate is short, the cut merges to fit and the variant loses what it was for (fruit at 20x:
+# at (7.98, 4) 4208 kept, 4042 primitives, MSE 3.8e-4 against the base's 2.0e-4). One that keeps
+# fewer than this share of its Gaussians as primitives is tried again keeping as many Gaussians
+# as its cut had primitives (there 9.8e-5, and it wins).
+_PRUNE_RETRY_MERGED_BELOW = 0.99
 # Then the winner, where it keeps every one of its Gaussians (so its bytes grow with them),
 # leaves more than 1% of the budget unused and will not be refined, is topped up once the same
 # way, aiming at 99.5%, and kept if it renders closer on the search views (statue_st_peter at
@@ -257,6 +263,8 @@ def _try_variants(base: Variant, variants: list, futures: dict, attempt: _Attemp
         cand = futures.pop((m, pin)).result() if (m, pin) in futures else attempt(m, pin)
         logger.debug("prune search: keep %d at %s -> %d bytes, verify MSE %.3g", m, pin or "any rung",
                      cand.encoding.nbytes, cand.error)
+        if pin is not None:
+            cand = _retry_merged(cand, m, pin, tried, attempt, key)
         if pin is not None and key(cand) < key(best):
             won.add(pin)
         # only the leaders stay referenced: a variant holds a whole pyramid and its symbols
@@ -265,6 +273,19 @@ def _try_variants(base: Variant, variants: list, futures: dict, attempt: _Attemp
             short = cand
         best = min(best, cand, key=key)
     return best, short, tried
+
+
+def _retry_merged(cand: Variant, m: int, pin: tuple, tried: set, attempt: _Attempts, key) -> Variant:
+    """A pinned variant whose cut merged, tried again keeping as many Gaussians as the cut had
+    primitives: -> the better of the two."""
+    t = sum(cand.encoding.terminal)
+    if t >= _PRUNE_RETRY_MERGED_BELOW * m or t < 16 or (t, pin) in tried:
+        return cand
+    tried.add((t, pin))
+    again = attempt(t, pin)
+    logger.debug("prune search: merged, keep %d at %s -> %d bytes, verify MSE %.3g", t, pin, again.encoding.nbytes,
+                 again.error)
+    return min(cand, again, key=key)
 
 
 def _refill(best: Variant, base: Variant, short: Variant | None, tried: set, attempt: _Attempts,
