@@ -22,6 +22,11 @@ adapter) with the same stage-3 losses: flow matching through the frozen world pl
 - ``pila``: the toy world's adapter size; stages 1 / 2 / 3 on S/6, S/6, 2S/3 steps.
 - ``plain``: no fields, experts, routing or bank residuals, about the same parameter count; S
   stage-3 steps.
+
+Controls (each in its own folder, ``<arm>[_shuffled][_flow_only][_law_shiftK][_seedN]``):
+``--labels shuffled`` (the labels permuted across clips), ``--w-law 0`` (flow matching only),
+``--law-shift K`` (each label held to the laws of the category K places on in the taxonomy: the
+wrong-law residual). ``deficit_lora_arm.py`` trains the LoRA arm on the same cache.
 """
 
 from __future__ import annotations
@@ -91,7 +96,7 @@ def train_arm(a):
 
     pipe = load_backbone(a.world)
     name = (a.arm + ("_shuffled" if a.labels == "shuffled" else "") + ("_flow_only" if a.w_law == 0 else "")
-            + (f"_seed{a.seed}" if a.seed else ""))
+            + (f"_law_shift{a.law_shift}" if a.law_shift else "") + (f"_seed{a.seed}" if a.seed else ""))
     out = os.path.join(a.work, name)
     os.makedirs(out, exist_ok=True)
     manifest, cache = manifest_and_cache(a)
@@ -99,7 +104,7 @@ def train_arm(a):
                 max_sequence_length=trained_sequence_length({"world": a.world}),
                 log_every=10, checkpoint_every=10**6, save_dtype="float32", flow_guidance=1.0, sigma_shift=6.0,
                 learning_rate=a.lr, seed=a.seed, apply_to="each_branch", w_law=a.w_law,
-                law_tolerance=a.law_tolerance)
+                law_tolerance=a.law_tolerance, law_shift=a.law_shift)
     if not os.path.isdir(base["cache_dir"]):
         base["data"] = manifest
     S = a.steps
@@ -114,8 +119,8 @@ def train_arm(a):
         prev = res.adapter_dir
         hist.append({"stage": stage, "last": res.history[-1] if res.history else {}})
     ad = PILAAdapter.from_pretrained(prev)
-    info = dict(arm=a.arm, labels=a.labels, adapter_dir=prev, params=n_params(ad), stages=stages, batch=a.batch,
-                lr=a.lr, seed=a.seed,
+    info = dict(arm=a.arm, labels=a.labels, law_shift=a.law_shift, adapter_dir=prev, params=n_params(ad),
+                stages=stages, batch=a.batch, lr=a.lr, seed=a.seed,
                 w_law=a.w_law, wall_min=round((time.time() - t0) / 60, 2), history=hist,
                 threads=torch.get_num_threads())
     with open(os.path.join(out, "budget.json"), "w") as fh:
@@ -136,6 +141,8 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--w-law", type=float, default=1.0)
     p.add_argument("--law-tolerance", type=float, default=0.0)
+    p.add_argument("--law-shift", type=int, default=0,
+                   help="the wrong-law control: each label held to the laws of the category this many places on")
     p.add_argument("--labels", choices=["true", "shuffled"], default="true",
                    help="the clips' category labels, or the same labels permuted across clips (a control)")
     p.add_argument("--threads", type=int, default=1)

@@ -428,3 +428,25 @@ def test_law_term_acts_on_the_corrected_estimate_and_reaches_the_decoder(cache, 
     assert adapter.decoder.weight.grad is not None and float(adapter.decoder.weight.grad.abs().sum()) > 0
     with pytest.raises(ValueError, match="law_tolerance"):
         TrainConfig(stage=3, output_dir="unused", cache_dir=cache_dir, law_tolerance=-1.0)
+
+
+def test_law_shift_holds_each_label_to_another_categorys_laws(cache):
+    """law_shift (the wrong-law control) weights each labelled category's column of the law
+    residuals law_shift places on: rigid -> gas, liquid -> optics at 3; 0 is the category's own."""
+    from visionmoe.video.pila.law_residuals import category_law_residuals
+    from visionmoe.video.pila.taxonomy import CATEGORY_NAMES
+    from visionmoe.video.training.losses import law_loss
+
+    g = torch.Generator().manual_seed(0)
+    x_t, pred = torch.randn(2, 16, 5, 6, 6, generator=g), torch.randn(2, 16, 5, 6, 6, generator=g)
+    sigma = torch.tensor([0.3, 0.7])
+    k = {name: i for i, name in enumerate(CATEGORY_NAMES)}
+    labels = torch.zeros(2, len(CATEGORY_NAMES))
+    labels[0, k["rigid"]] = labels[1, k["liquid"]] = 1.0
+    per = category_law_residuals(x_t - sigma.view(-1, 1, 1, 1, 1) * pred).per_category()
+    own, wrong = law_loss(x_t, pred, sigma, labels), law_loss(x_t, pred, sigma, labels, shift=3)
+    assert torch.isclose(own, (per[0, k["rigid"]] + per[1, k["liquid"]]) / 2)
+    assert torch.isclose(wrong, (per[0, k["gas"]] + per[1, k["optics"]]) / 2)
+    assert not torch.isclose(own, wrong)
+    with pytest.raises(ValueError, match="law_shift"):
+        TrainConfig(stage=3, output_dir="unused", cache_dir=cache[0], law_shift=-1)

@@ -78,6 +78,9 @@ class TrainConfig:
     # law_tolerance (visionmoe.video.pila.law_residuals; 0 = off)
     w_law: float = 0.0
     law_tolerance: float = 0.0
+    # a control: each labelled category is held to the laws of the category law_shift places on
+    # in the taxonomy (3: rigid to gas's, elastic to thermal's, liquid to optics'); 0 = its own
+    law_shift: int = 0
     # stage 3: the velocity the correction is added to, as the pipeline applies it:
     # v_u + g (v_c - v_u) with g = flow_guidance (1 = the conditional velocity only)
     flow_guidance: float = 1.0
@@ -134,6 +137,8 @@ class TrainConfig:
             errs.append(f"flow_guidance must be >= 0, got {self.flow_guidance}")
         if not self.law_tolerance >= 0:
             errs.append(f"law_tolerance must be >= 0, got {self.law_tolerance}")
+        if not isinstance(self.law_shift, int) or self.law_shift < 0:
+            errs.append(f"law_shift must be an integer >= 0, got {self.law_shift!r}")
         if self.apply_to not in ("guided", "each_branch"):
             errs.append(f"apply_to must be 'guided' or 'each_branch', got {self.apply_to!r}")
         elif self.apply_to == "each_branch" and self.flow_guidance != 1.0:
