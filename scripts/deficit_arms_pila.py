@@ -1,12 +1,12 @@
 #!/usr/bin/env python
 """PILA and a plain adapter of about the same size, each with the same physics loss, trained on
-the lawful set of the deficit world (issue #49, step 4; preliminary: one training seed).
+the lawful set of the deficit world (issue #49, step 4; training seeds with ``--seed``).
 
-    python scripts/deficit_arms_pila.py clips --work out/pila_deficit/arms --per-scenario 128
-    python scripts/deficit_arms_pila.py train --work out/pila_deficit/arms --arm pila --steps 2400
-    python scripts/deficit_arms_pila.py train --work out/pila_deficit/arms --arm plain --steps 2400
-    python scripts/eval_deficit.py --world out/pila_deficit/world \
-        --adapter pila=out/pila_deficit/arms/pila/adapter --adapter plain=out/pila_deficit/arms/plain/adapter
+    python scripts/deficit_arms_pila.py clips --work W --per-scenario 128
+    python scripts/deficit_arms_pila.py train --work W --world WORLD --arm pila --steps 2400 [--seed 1]
+    python scripts/deficit_arms_pila.py train --work W --world WORLD --arm plain --steps 2400 [--seed 1]
+    python scripts/eval_deficit.py --world WORLD --seed-start 930000000 --num 24 \
+        --adapter pila=W/pila/s3/adapter --adapter plain=W/plain/s3/adapter
 
 Data: the lawful clips of :mod:`visionmoe.video.data.law_variants` (simulation seeds 300 000 000
 on: neither the deficit world's training mix nor the evaluation's seeds), labelled with their
