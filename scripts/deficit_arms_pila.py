@@ -123,9 +123,25 @@ def train_arm(a):
                 stages=stages, batch=a.batch, lr=a.lr, seed=a.seed,
                 w_law=a.w_law, wall_min=round((time.time() - t0) / 60, 2), history=hist,
                 threads=torch.get_num_threads())
+    write_budget(out, info)
+
+
+def write_budget(out: str, info: dict) -> None:
+    """An arm's ``budget.json`` (its size, steps, data and time), also printed."""
     with open(os.path.join(out, "budget.json"), "w") as fh:
         json.dump(info, fh, indent=1)
     print(json.dumps(info))
+
+
+def add_training_arguments(p) -> None:
+    """The optimisation every arm shares (``deficit_lora_arm.py`` reads the same)."""
+    p.add_argument("--steps", type=int, default=2400)
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--w-law", type=float, default=1.0)
+    p.add_argument("--law-tolerance", type=float, default=0.0)
+    p.add_argument("--threads", type=int, default=1)
 
 
 def main(argv=None):
@@ -135,17 +151,11 @@ def main(argv=None):
     p.add_argument("--world", default="out/pila_deficit/world")
     p.add_argument("--arm", choices=sorted(ARMS))
     p.add_argument("--per-scenario", type=int, default=128)
-    p.add_argument("--steps", type=int, default=2400)
-    p.add_argument("--batch", type=int, default=4)
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--w-law", type=float, default=1.0)
-    p.add_argument("--law-tolerance", type=float, default=0.0)
+    add_training_arguments(p)
     p.add_argument("--law-shift", type=int, default=0,
                    help="the wrong-law control: each label held to the laws of the category this many places on")
     p.add_argument("--labels", choices=["true", "shuffled"], default="true",
                    help="the clips' category labels, or the same labels permuted across clips (a control)")
-    p.add_argument("--threads", type=int, default=1)
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
     if a.what == "clips":

@@ -27,6 +27,7 @@ import time
 
 import torch
 import torch.nn.functional as F
+from deficit_arms_pila import add_training_arguments, write_budget
 
 
 def lora_targets(transformer) -> list:
@@ -108,9 +109,7 @@ def train_lora(a):
                 steps=a.steps, batch=a.batch, lr=a.lr, seed=a.seed, w_law=a.w_law,
                 wall_min=round((time.time() - t0) / 60, 2), last=log[-1] if log else {},
                 threads=torch.get_num_threads())
-    with open(os.path.join(out, "budget.json"), "w") as fh:
-        json.dump(info, fh, indent=1)
-    print(json.dumps(info))
+    write_budget(out, info)
 
 
 def main(argv=None):
@@ -118,13 +117,7 @@ def main(argv=None):
     p.add_argument("--work", default="out/pila_deficit/arms_seq32")
     p.add_argument("--world", default="out/pila_deficit/world_vae_fg_seq32")
     p.add_argument("--params", type=int, default=185_004, help="the parameter count to match (PILA's)")
-    p.add_argument("--steps", type=int, default=2400)
-    p.add_argument("--batch", type=int, default=4)
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--w-law", type=float, default=1.0)
-    p.add_argument("--law-tolerance", type=float, default=0.0)
-    p.add_argument("--threads", type=int, default=1)
+    add_training_arguments(p)
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
     if not os.path.isdir(os.path.join(a.work, "cache")):

@@ -23,6 +23,7 @@ import time
 
 import numpy as np
 import torch
+from eval_deficit import boot
 
 from visionmoe.video.data.law_variants import LAW_SCENARIOS, generate_law_clip
 from visionmoe.video.evaluation.law_judge import (JUDGE_SEED_BASE, judge_clips, load_judge, save_judge,
@@ -54,12 +55,6 @@ def held_out_accuracy(judge, num):
         truth = np.array([c.params["lawful"] for c in clips])
         out[sc] = float(np.mean((p > 0.5) == (truth > 0.5)))
     return out
-
-
-def boot(v, rng, n=2000):
-    idx = rng.integers(0, len(v), size=(n, len(v)))
-    m = v[idx].mean(1)
-    return float(v.mean()), float(np.percentile(m, 2.5)), float(np.percentile(m, 97.5))
 
 
 def paired(a, b, rng, relative, n=2000):
