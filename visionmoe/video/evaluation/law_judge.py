@@ -142,7 +142,7 @@ def train_law_judge(num_per_scenario: int = 400, steps: int = 1500, seed: int = 
     judge = LawJudge(pos.shape[1])
     opt = torch.optim.AdamW(judge.parameters(), lr=lr, weight_decay=1e-4)
     judge.train()
-    for step in range(steps):
+    for _ in range(steps):
         idx = rng.choice(len(pos), size=min(256, len(pos)), replace=False)
         p, f, y = _perturb(pos[idx], found[idx], lawful[idx], rng)
         p, f = _augment(p, f, size, rng)
