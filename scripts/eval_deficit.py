@@ -72,6 +72,16 @@ def boot(v, rng, n=2000):
     return float(v.mean()), float(np.percentile(m, 2.5)), float(np.percentile(m, 97.5))
 
 
+def paired(a, b, rng, relative, n=2000):
+    """Paired change b - a of the means over clips (relative to a's mean when ``relative``) with
+    its 95% bootstrap interval."""
+    idx = rng.integers(0, len(a), size=(n, len(a)))
+    ma, mb = a[idx].mean(1), b[idx].mean(1)
+    ch = (mb - ma) / np.maximum(ma, 1e-9) if relative else mb - ma
+    c = (b.mean() - a.mean()) / max(a.mean(), 1e-9) if relative else b.mean() - a.mean()
+    return float(c), float(np.percentile(ch, 2.5)), float(np.percentile(ch, 97.5))
+
+
 def fmt(t, pct=False):
     m, lo, hi = t
     if pct:
@@ -160,14 +170,9 @@ def summarize(rows, arms, out):
                 b = np.array([r["error"] for r in rows[arm] if sc == "all" or r["scenario"] == sc])
                 if len(a) == 0:
                     continue
-                rng = np.random.default_rng(1)
-                idx = rng.integers(0, len(a), size=(2000, len(a)))
-                ch = (b[idx].mean(1) - a[idx].mean(1)) / np.maximum(a[idx].mean(1), 1e-9)
-                c = (b.mean() - a.mean()) / max(a.mean(), 1e-9)
-                summary[f"{arm}-vs-{gen[0]}/{sc}"] = [float(c), float(np.percentile(ch, 2.5)),
-                                                       float(np.percentile(ch, 97.5))]
-                lines.append(f"| {arm} | {sc} | {100 * c:+.1f}% | [{100 * np.percentile(ch, 2.5):+.1f}, "
-                             f"{100 * np.percentile(ch, 97.5):+.1f}] |")
+                c, lo, hi = paired(a, b, np.random.default_rng(1), relative=True)
+                summary[f"{arm}-vs-{gen[0]}/{sc}"] = [c, lo, hi]
+                lines.append(f"| {arm} | {sc} | {100 * c:+.1f}% | [{100 * lo:+.1f}, {100 * hi:+.1f}] |")
     text = "\n".join(lines) + "\n"
     with open(os.path.join(out, "table.md"), "w") as fh:
         fh.write(text)

@@ -23,7 +23,7 @@ import time
 
 import numpy as np
 import torch
-from eval_deficit import boot
+from eval_deficit import boot, paired
 
 from visionmoe.video.data.law_variants import LAW_SCENARIOS, generate_law_clip
 from visionmoe.video.evaluation.law_judge import (JUDGE_SEED_BASE, judge_clips, load_judge, save_judge,
@@ -55,15 +55,6 @@ def held_out_accuracy(judge, num):
         truth = np.array([c.params["lawful"] for c in clips])
         out[sc] = float(np.mean((p > 0.5) == (truth > 0.5)))
     return out
-
-
-def paired(a, b, rng, relative, n=2000):
-    """Paired change b - a of the means (relative to a's mean when ``relative``) with its interval."""
-    idx = rng.integers(0, len(a), size=(n, len(a)))
-    ma, mb = a[idx].mean(1), b[idx].mean(1)
-    ch = (mb - ma) / np.maximum(ma, 1e-9) if relative else mb - ma
-    c = (b.mean() - a.mean()) / max(a.mean(), 1e-9) if relative else b.mean() - a.mean()
-    return float(c), float(np.percentile(ch, 2.5)), float(np.percentile(ch, 97.5))
 
 
 def judge_eval_dir(judge, folder):
