@@ -1,19 +1,28 @@
 #!/usr/bin/env python
-"""A LoRA on the deficit world's transformer, of about PILA's parameter count, trained with the
-same stage-3 losses, data, batch, steps, learning rate and noise as the adapter arms of
-``deficit_arms_pila.py`` (issue #49, step 4's LoRA arm), and exported as a world to evaluate:
+"""Two arms that train the deficit world's transformer itself, with the same data, batch, steps,
+noise levels and noise as the adapter arms of ``deficit_arms_pila.py`` (issue #49, step 4), each
+exported as a world to evaluate:
+
+- ``--arm lora``: a LoRA of about PILA's parameter count, with the adapters' stage-3 losses and
+  learning rate;
+- ``--arm finetune``: the base fine-tuned with its own recipe: every transformer weight, plain
+  flow matching (no law loss), the base's optimiser (AdamW, betas 0.9/0.99, weight decay 0.01,
+  learning rate 4e-4 after a 100-step warm-up). No EMA: no arm keeps one.
 
     python scripts/deficit_lora_arm.py --work out/pila_deficit/arms_seq32 \
         --world out/pila_deficit/world_vae_fg_seq32 --steps 2400
+    python scripts/deficit_lora_arm.py --arm finetune --work out/pila_deficit/arms_seq32 \
+        --world out/pila_deficit/world_vae_fg_seq32 --steps 2400
     python scripts/eval_deficit.py --world out/pila_deficit/world_vae_fg_seq32 \
-        --arm lora=out/pila_deficit/arms_seq32/lora/world
+        --arm lora=out/pila_deficit/arms_seq32/lora/world \
+        --arm finetune=out/pila_deficit/arms_seq32/finetune/world
 
 The LoRA (peft, rank chosen to match ``--params``) sits on every linear layer of the
 transformer's blocks: self- and cross-attention projections and the feed-forward. Each step
 draws the same clips, noise levels, noise and empty prompts (10%) as an adapter run of the same
 seed, and minimises flow matching plus ``--w-law`` x each labelled category's laws on the
-clean estimate the LoRA's velocity implies (:func:`visionmoe.video.training.losses.law_loss`).
-The LoRA is merged into the weights and the world saved beside it (a plain ``WanPipeline``
+clean estimate the model's velocity implies (:func:`visionmoe.video.training.losses.law_loss`).
+A LoRA is merged into the weights; the world is saved beside the run (a plain ``WanPipeline``
 folder). Needs the latent cache an adapter arm built in ``--work``.
 """
 
@@ -23,6 +32,7 @@ import argparse
 import json
 import os
 import shutil
+import sys
 import time
 
 import torch
@@ -42,11 +52,30 @@ def rank_for(transformer, names: list, params: int) -> int:
     return max(1, round(params / per_rank))
 
 
-def train_lora(a):
-    from diffusers.optimization import get_scheduler
-    from eval_deficit import trained_sequence_length
+# the base's own optimiser (scripts/train_toy_world.py fit_dit)
+FINETUNE_LR, FINETUNE_BETAS, FINETUNE_WEIGHT_DECAY, FINETUNE_WARMUP = 4e-4, (0.9, 0.99), 0.01, 100
+
+
+def trainable(a, transformer):
+    """The module to train, its trainable parameters, its optimiser and a description."""
+    if a.arm == "finetune":
+        transformer.requires_grad_(True)
+        params = list(transformer.parameters())
+        opt = torch.optim.AdamW(params, lr=FINETUNE_LR, betas=FINETUNE_BETAS, weight_decay=FINETUNE_WEIGHT_DECAY)
+        return transformer, params, opt, dict(lr=FINETUNE_LR, warmup=FINETUNE_WARMUP)
     from peft import LoraConfig, get_peft_model
 
+    names = lora_targets(transformer)
+    rank = rank_for(transformer, names, a.params)
+    model = get_peft_model(transformer, LoraConfig(r=rank, lora_alpha=rank, lora_dropout=0.0, target_modules=names))
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=a.lr, weight_decay=0.0)  # the adapters' (TrainConfig)
+    return model, params, opt, dict(lr=a.lr, rank=rank, targets=len(names))
+
+
+def train_arm(a):
+    from diffusers.optimization import get_scheduler
+    from eval_deficit import trained_sequence_length
     from visionmoe.video.data.cache import LatentCache, collate
     from visionmoe.video.training.backbone import empty_prompt_embedding, load_backbone
     from visionmoe.video.training.config import TrainConfig
@@ -61,14 +90,10 @@ def train_lora(a):
     pipe = load_backbone(a.world)
     dataset = LatentCache(cfg.cache_dir)
     uncond = empty_prompt_embedding(pipe, seq)
-    names = lora_targets(pipe.transformer)
-    rank = rank_for(pipe.transformer, names, a.params)
-    model = get_peft_model(pipe.transformer, LoraConfig(r=rank, lora_alpha=rank, lora_dropout=0.0,
-                                                        target_modules=names))
+    model, params, opt, recipe = trainable(a, pipe.transformer)
     model.train()
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
-    sched = get_scheduler("constant_with_warmup", opt, num_warmup_steps=cfg.warmup_steps, num_training_steps=a.steps)
+    warmup = recipe.get("warmup", cfg.warmup_steps)
+    sched = get_scheduler("constant_with_warmup", opt, num_warmup_steps=warmup, num_training_steps=a.steps)
     t0, log = time.time(), []
     for step in range(a.steps):
         batch = collate([dataset[i] for i in batch_indices(step, cfg.batch_size, len(dataset), cfg.seed, 0, 1)], seq)
@@ -97,16 +122,16 @@ def train_lora(a):
         if (step + 1) % 100 == 0 or step + 1 == a.steps:
             log.append(dict(step=step + 1, flow=flow.item(), law=law.item()))
             print(json.dumps(log[-1]), flush=True)
-    out = os.path.join(a.work, "lora" + (f"_seed{a.seed}" if a.seed else ""))
+    out = os.path.join(a.work, a.arm + (f"_seed{a.seed}" if a.seed else ""))
     world = os.path.join(out, "world")
     if os.path.isdir(world):
         shutil.rmtree(world)
     shutil.copytree(a.world, world)
-    merged = model.merge_and_unload().eval()
+    merged = (model if a.arm == "finetune" else model.merge_and_unload()).eval()
     shutil.rmtree(os.path.join(world, "transformer"))
     merged.save_pretrained(os.path.join(world, "transformer"))
-    info = dict(arm="lora", world=world, rank=rank, params=sum(p.numel() for p in params), targets=len(names),
-                steps=a.steps, batch=a.batch, lr=a.lr, seed=a.seed, w_law=a.w_law,
+    info = dict(arm=a.arm, world=world, params=sum(p.numel() for p in params), **recipe,
+                steps=a.steps, batch=a.batch, seed=a.seed, w_law=a.w_law,
                 wall_min=round((time.time() - t0) / 60, 2), last=log[-1] if log else {},
                 threads=torch.get_num_threads())
     write_budget(out, info)
@@ -116,13 +141,16 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--work", default="out/pila_deficit/arms_seq32")
     p.add_argument("--world", default="out/pila_deficit/world_vae_fg_seq32")
-    p.add_argument("--params", type=int, default=185_004, help="the parameter count to match (PILA's)")
+    p.add_argument("--arm", choices=["lora", "finetune"], default="lora")
+    p.add_argument("--params", type=int, default=185_004, help="the LoRA's parameter count to match (PILA's)")
     add_training_arguments(p)
     a = p.parse_args(argv)
+    if a.arm == "finetune" and "--w-law" not in (sys.argv[1:] if argv is None else argv):
+        a.w_law = 0.0  # the base's recipe is flow matching alone
     torch.set_num_threads(a.threads)
     if not os.path.isdir(os.path.join(a.work, "cache")):
         p.error(f"no latent cache in {a.work}: train an adapter arm there first (deficit_arms_pila.py train)")
-    train_lora(a)
+    train_arm(a)
     return 0
 
 
