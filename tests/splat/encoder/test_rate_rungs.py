@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -198,3 +200,52 @@ def test_bits_from_holds_the_bit_depths_only():
     assert make_preset(11.25, 0, bits_from=12).rot_bits == GEOMETRY_LADDER[12][4]
     with pytest.raises(ValueError, match="preset rungs"):
         make_preset(11.5, 0, bits_from=13)
+
+
+def test_a_fill_short_below_a_palette_jump_holds_the_palettes():
+    """8-bit colours (a palette of each DC channel): from geometry rung 8.64 on, the DC step is
+    fine enough for the lossless tables and the file jumps 5%; a target inside the jump is
+    filled by finer rungs that keep the coarser rung's uniform colours (``palettes_from``), to
+    at least FILL_BELOW of it, every leaf kept, and the file decodes."""
+    from visionmoe.splat.encoder.contribution import prune
+    from visionmoe.splat.encoder.rung_search import FILL_BELOW, RungSearch, _fill_between_rungs, allocate_and_encode
+    from visionmoe.splat.encoder.stages import Progress, StageTimes
+    from visionmoe.splat.encoder.tree import build_tree
+
+    scene = random_scene(3000, 0, seed=12)
+    c0 = 0.28209479177387814
+    rgb = torch.round((scene.sh_dc * c0 + 0.5).clamp(0, 1) * 255) / 255
+    scene = dataclasses.replace(scene, sh_dc=((rgb - 0.5) / c0).float())
+    kept, w = prune(scene, torch.rand(3000, generator=torch.Generator().manual_seed(0)) + 0.1, 0.0)
+    tree = build_tree(kept, w, 0, 3000, 10**6)
+    leaves = tree.pyramid.levels[-1].num_gaussians
+    assert {"dc0", "dc1", "dc2"} <= set(tree.meta.palettes.values)
+
+    def pinned(pin, target=10**6):
+        return allocate_and_encode(tree, target, pin=pin, seed=0, prog=Progress(False), times=StageTimes()).encoding
+
+    below, above = pinned((8.625, 0)), pinned((8.640625, 0))
+    assert below.rung.tables.palettes is None and above.rung.tables.palettes is not None
+    target = (below.nbytes + above.nbytes) // 2
+    assert below.nbytes < FILL_BELOW * target < target < above.nbytes  # inside the jump
+    filled = _fill_between_rungs(RungSearch(tree, target, 0, Progress(False)), pinned((8, 0), target))
+    g, a, bits_from, palettes_from = filled.rung.index
+    assert g > 8.64 and a == 0 and bits_from is None and 8.5 < palettes_from < 8.64, filled.rung.index
+    assert filled.rung.tables.palettes is None
+    assert FILL_BELOW * target <= filled.nbytes <= target and sum(filled.terminal) == leaves, (filled.nbytes, target)
+    dec = decompress(filled.data)
+    assert dec.num_gaussians == leaves and torch.isfinite(dec.sh_dc).all()
+
+
+def test_palettes_from_chooses_the_tables_by_another_rungs_steps():
+    from visionmoe.splat.encoder.rung import active_palettes
+    from visionmoe.splat.pgms.quantize import Palettes
+
+    grid = (np.arange(256, dtype=np.float32) / 255 - 0.5) / 0.28209479177387814
+    pal = Palettes({"dc0": grid}, {"dc0": 0})
+    assert active_palettes(pal, make_preset(9, 0)) is not None  # a step finer than 1.25x the spacing
+    assert active_palettes(pal, make_preset(9, 0, palettes_from=8)) is None
+    assert active_palettes(pal, make_preset(8, 0, palettes_from=9)) is not None
+    assert make_preset(9.5, 0, None, 8.5).dc_step == make_preset(9.5, 0).dc_step  # only the tables are held
+    with pytest.raises(ValueError, match="palettes_from"):
+        make_preset(9, 0, palettes_from=40)

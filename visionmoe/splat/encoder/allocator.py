@@ -48,6 +48,7 @@ class Preset:
     appearance: float = -1
     sh_step: float = 0.0  # > 0: per-primitive SH quantised at this step instead of a codebook
     bits_from: int | None = None  # the geometry rung whose bit depths a fractional one holds (geometry_rung)
+    palettes_from: float | None = None  # the geometry rung whose steps choose the source palettes (rung.active_palettes)
 
     def __post_init__(self):
         if not (0 < self.pos_rel and 0 < self.dc_step and 0 < self.ls_step and 0 <= self.sh_fraction <= 1):
@@ -159,15 +160,21 @@ def _first_grid_rung() -> int:
     return next(i for i, r in enumerate(APPEARANCE_LADDER) if len(r) == 4)
 
 
-def make_preset(geometry: float, appearance: float, bits_from: int | None = None) -> Preset:
-    """The preset of rungs ``(geometry, appearance)`` (``bits_from``: :func:`geometry_rung`)."""
+def make_preset(geometry: float, appearance: float, bits_from: int | None = None,
+                palettes_from: float | None = None) -> Preset:
+    """The preset of rungs ``(geometry, appearance)`` (``bits_from``: :func:`geometry_rung`;
+    ``palettes_from``: the geometry rung whose steps decide which of the source's value tables
+    are used, default ``geometry``)."""
     if not (0 <= geometry <= len(GEOMETRY_LADDER) - 1 and 0 <= appearance <= len(APPEARANCE_LADDER) - 1):
         raise ValueError(f"preset rungs must be in [0, {len(GEOMETRY_LADDER) - 1}] x [0, {len(APPEARANCE_LADDER) - 1}], "
                          f"got ({geometry}, {appearance})")
+    if palettes_from is not None and not 0 <= palettes_from <= len(GEOMETRY_LADDER) - 1:
+        raise ValueError(f"preset rungs: palettes_from must be a geometry rung in [0, {len(GEOMETRY_LADDER) - 1}], "
+                         f"got {palettes_from!r}")
     pos_rel, dc_step, ls_step, op_bits, rot_bits, shape_cb = geometry_rung(geometry, bits_from)
     frac, deg, sh_cb, *step = appearance_rung(appearance)
     return Preset(pos_rel, dc_step, ls_step, op_bits, rot_bits, frac, deg, sh_cb, shape_cb, geometry, appearance,
-                  step[0] if step else 0.0, bits_from)
+                  step[0] if step else 0.0, bits_from, palettes_from)
 
 
 def symbol_bits(values: np.ndarray) -> np.ndarray:

@@ -15,7 +15,7 @@ import torch
 
 from ..pgms.prototypes import shape_features
 from ..pgms.quantize import LevelMemo, Palettes, Parents, Quantizer, ShGrid, Tables, quantize_level, sigmoid
-from .allocator import CutPlan, Preset, symbol_bits
+from .allocator import CutPlan, Preset, geometry_rung, symbol_bits
 from .kmeans import build_codebook
 from .pyramid import Pyramid, pair_error
 from .tree import SceneMeta
@@ -36,8 +36,11 @@ class Rung:
 
     @property
     def index(self) -> tuple:
-        """(geometry, appearance), or (geometry, appearance, bits_from) where the bits are held."""
+        """(geometry, appearance), then ``bits_from`` where the bits or palettes are held, then
+        ``palettes_from`` where the palettes are (the arguments of :func:`make_preset`)."""
         p = self.preset
+        if p.palettes_from is not None:
+            return p.geometry, p.appearance, p.bits_from, p.palettes_from
         return (p.geometry, p.appearance) if p.bits_from is None else (p.geometry, p.appearance, p.bits_from)
 
 
@@ -70,20 +73,29 @@ class TreeMemo:
         return TreeMemo({k: v.copy() for k, v in self.sample.items()}, {k: v.copy() for k, v in self.full.items()})
 
 
+# a palette is used from the rung whose uniform step is within this factor of its spacing
+PALETTE_STEP_RATIO = 1.25
+
+
 def active_palettes(pal: Palettes | None, preset: Preset) -> Palettes | None:
     """The source's value tables this preset uses: a channel group is coded losslessly by its
     palette when the preset's uniform step would be about as fine as the table's spacing (then
     the table has no error, for a few more bits: statue_st_peter's colours from geometry rung
-    8.64 took 5.5% more of the file, a jump the fill at a byte target cannot cross)."""
+    8.64 took 5.5% more of the file, a jump the fill at a byte target crosses by holding the
+    palettes of a coarser rung, ``preset.palettes_from``)."""
     if pal is None:
         return None
+    if preset.palettes_from is None:
+        dc_step, ls_step, op_bits = preset.dc_step, preset.ls_step, preset.op_bits
+    else:
+        _, dc_step, ls_step, op_bits, _, _ = geometry_rung(preset.palettes_from)
     chans = []
     for c in range(3):
-        if f"dc{c}" in pal.values and preset.dc_step <= 1.25 * pal.gap(f"dc{c}"):
+        if f"dc{c}" in pal.values and dc_step <= PALETTE_STEP_RATIO * pal.gap(f"dc{c}"):
             chans.append(f"dc{c}")
-        if f"ls{c}" in pal.values and preset.ls_step <= 1.25 * pal.gap(f"ls{c}"):
+        if f"ls{c}" in pal.values and ls_step <= PALETTE_STEP_RATIO * pal.gap(f"ls{c}"):
             chans.append(f"ls{c}")
-    if "op" in pal.values and 1 / ((1 << preset.op_bits) - 1) <= 1.25 * pal.gap("op", sigmoid):
+    if "op" in pal.values and 1 / ((1 << op_bits) - 1) <= PALETTE_STEP_RATIO * pal.gap("op", sigmoid):
         chans.append("op")
     return pal.subset(chans)
 
