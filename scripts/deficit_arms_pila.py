@@ -23,7 +23,7 @@ adapter) with the same stage-3 losses: flow matching through the frozen world pl
 - ``plain``: no fields, experts, routing or bank residuals, about the same parameter count; S
   stage-3 steps.
 
-Controls (each in its own folder, ``<arm>[_shuffled][_flow_only][_law_shiftK][_seedN]``):
+Controls (each in its own folder, ``<arm>[_shuffled][_flow_only][_law_shiftK][_track][_seedN]``):
 ``--labels shuffled`` (the labels permuted across clips), ``--w-law 0`` (flow matching only),
 ``--law-shift K`` (each label held to the laws of the category K places on in the taxonomy: the
 wrong-law residual). ``deficit_lora_arm.py`` trains the LoRA arm on the same cache.
@@ -96,7 +96,8 @@ def train_arm(a):
 
     pipe = load_backbone(a.world)
     name = (a.arm + ("_shuffled" if a.labels == "shuffled" else "") + ("_flow_only" if a.w_law == 0 else "")
-            + (f"_law_shift{a.law_shift}" if a.law_shift else "") + (f"_seed{a.seed}" if a.seed else ""))
+            + (f"_law_shift{a.law_shift}" if a.law_shift else "") + ("_track" if a.laws == "track" else "")
+            + (f"_seed{a.seed}" if a.seed else ""))
     out = os.path.join(a.work, name)
     os.makedirs(out, exist_ok=True)
     manifest, cache = manifest_and_cache(a)
@@ -104,7 +105,7 @@ def train_arm(a):
                 max_sequence_length=trained_sequence_length({"world": a.world}),
                 log_every=10, checkpoint_every=10**6, save_dtype="float32", flow_guidance=1.0, sigma_shift=6.0,
                 learning_rate=a.lr, seed=a.seed, apply_to="each_branch", w_law=a.w_law,
-                law_tolerance=a.law_tolerance, law_shift=a.law_shift)
+                law_tolerance=a.law_tolerance, law_shift=a.law_shift, law_kind=a.laws)
     if not os.path.isdir(base["cache_dir"]):
         base["data"] = manifest
     S = a.steps
@@ -119,7 +120,7 @@ def train_arm(a):
         prev = res.adapter_dir
         hist.append({"stage": stage, "last": res.history[-1] if res.history else {}})
     ad = PILAAdapter.from_pretrained(prev)
-    info = dict(arm=a.arm, labels=a.labels, law_shift=a.law_shift, adapter_dir=prev, params=n_params(ad),
+    info = dict(arm=a.arm, labels=a.labels, law_shift=a.law_shift, laws=a.laws, adapter_dir=prev, params=n_params(ad),
                 stages=stages, batch=a.batch, lr=a.lr, seed=a.seed,
                 w_law=a.w_law, wall_min=round((time.time() - t0) / 60, 2), history=hist,
                 threads=torch.get_num_threads())
@@ -141,6 +142,8 @@ def add_training_arguments(p) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--w-law", type=float, default=1.0)
     p.add_argument("--law-tolerance", type=float, default=0.0)
+    p.add_argument("--laws", choices=["field", "track"], default="field",
+                   help="the law loss: field laws (law_residuals) or track laws (track_laws)")
     p.add_argument("--threads", type=int, default=1)
 
 

@@ -111,7 +111,7 @@ def train_arm(a):
         x_t = (1 - s) * x0 + s * eps
         pred = model(hidden_states=x_t, timestep=sigma * 1000.0, encoder_hidden_states=text, return_dict=False)[0]
         flow = F.mse_loss(pred, eps - x0)
-        law = law_loss(x_t, pred, sigma, labels, a.law_tolerance)
+        law = law_loss(x_t, pred, sigma, labels, a.law_tolerance, kind=a.laws)
         total = cfg.w_flow * flow + a.w_law * law
         total.backward()
         if cfg.max_grad_norm > 0:
@@ -122,7 +122,7 @@ def train_arm(a):
         if (step + 1) % 100 == 0 or step + 1 == a.steps:
             log.append(dict(step=step + 1, flow=flow.item(), law=law.item()))
             print(json.dumps(log[-1]), flush=True)
-    out = os.path.join(a.work, a.arm + (f"_seed{a.seed}" if a.seed else ""))
+    out = os.path.join(a.work, a.arm + ("_track" if a.laws == "track" else "") + (f"_seed{a.seed}" if a.seed else ""))
     world = os.path.join(out, "world")
     if os.path.isdir(world):
         shutil.rmtree(world)

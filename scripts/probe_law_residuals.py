@@ -25,6 +25,7 @@ import torch
 
 from visionmoe.video.data.law_variants import LAW_SCENARIOS
 from visionmoe.video.pila.law_residuals import category_law_residuals
+from visionmoe.video.pila.track_laws import category_track_residuals
 from visionmoe.video.pila.taxonomy import CATEGORY_NAMES
 
 
@@ -41,10 +42,14 @@ def reversed_in_time(x: torch.Tensor) -> torch.Tensor:
     return x.flip(2)
 
 
-def labelled_residual(x: torch.Tensor, category: str, batch: int = 64) -> torch.Tensor:
-    """[N] the sum of ``category``'s hinged laws on each clean latent of ``x`` [N, C, F, H, W]."""
+LAWS = {"field": category_law_residuals, "track": category_track_residuals}
+
+
+def labelled_residual(x: torch.Tensor, category: str, laws: str = "field", batch: int = 64) -> torch.Tensor:
+    """[N] the sum of ``category``'s hinged laws (``laws``: the field laws or the track laws) on
+    each clean latent of ``x`` [N, C, F, H, W]."""
     k = CATEGORY_NAMES.index(category)
-    return torch.cat([category_law_residuals(x[i:i + batch]).per_category()[:, k] for i in range(0, len(x), batch)])
+    return torch.cat([LAWS[laws](x[i:i + batch]).per_category()[:, k] for i in range(0, len(x), batch)])
 
 
 def auc_lower(lawful: torch.Tensor, unlawful: torch.Tensor) -> float:
@@ -53,7 +58,7 @@ def auc_lower(lawful: torch.Tensor, unlawful: torch.Tensor) -> float:
     return float(((d < 0).float() + 0.5 * (d == 0).float()).mean())
 
 
-def probe(cache: dict, per_set: int) -> dict:
+def probe(cache: dict, per_set: int, laws: str = "field") -> dict:
     out = {}
     for scenario, category in LAW_SCENARIOS.items():
         sets = {lawful: [i for i, s in enumerate(cache["specs"]) if s[0] == "law" and s[1] == scenario and s[3] == lawful]
@@ -62,9 +67,9 @@ def probe(cache: dict, per_set: int) -> dict:
             continue
         lawful = cache["latents"][sets[True][:per_set]].float()
         unlawful = cache["latents"][sets[False][:per_set]].float()
-        r = {name: labelled_residual(fn(lawful), category) for name, fn in
+        r = {name: labelled_residual(fn(lawful), category, laws) for name, fn in
              (("lawful", lambda x: x), ("frozen", frozen), ("faded", faded), ("reversed", reversed_in_time))}
-        r["unlawful"] = labelled_residual(unlawful, category)
+        r["unlawful"] = labelled_residual(unlawful, category, laws)
         out[scenario] = dict(category=category, n_lawful=len(lawful), n_unlawful=len(unlawful),
                              auc=auc_lower(r["lawful"], r["unlawful"]),
                              **{f"mean_{k}": float(v.mean()) for k, v in r.items()})
@@ -86,11 +91,13 @@ def main(argv=None):
                    help="a train_deficit_world.py cache (latents and the clips' specs)")
     p.add_argument("--out", default="out/pila_deficit/law_probe")
     p.add_argument("--per-set", type=int, default=1000, help="at most this many clips per scenario and set")
+    p.add_argument("--laws", choices=sorted(LAWS), default="field",
+                   help="the field laws (law_residuals, the stage-3 law loss) or the track laws (track_laws)")
     a = p.parse_args(argv)
     if not os.path.isfile(a.cache):
         p.error(f"no cache at {a.cache}: run train_deficit_world.py --phase cache first")
     cache = torch.load(a.cache, weights_only=False)
-    rows = probe(cache, a.per_set)
+    rows = probe(cache, a.per_set, a.laws)
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "summary.json"), "w") as f:
         json.dump(rows, f, indent=1)

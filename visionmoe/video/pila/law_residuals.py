@@ -55,12 +55,14 @@ def observable_proxies(x0: torch.Tensor, kappa: float = 0.1) -> Dict[str, torch.
 class LawResiduals(dict):
     """``name -> [B]`` residual of each law, plus :meth:`per_category` and :meth:`loss`."""
 
+    laws: Mapping[str, tuple] = CATEGORY_LAWS  # category -> the names of its laws
+
     def per_category(self, tolerance: float = 0.0) -> torch.Tensor:
         """[B, num_categories]: the sum of each category's hinged laws."""
         any_r = next(iter(self.values()))
         out = any_r.new_zeros(any_r.shape[0], len(CATEGORY_NAMES))
         for k, name in enumerate(CATEGORY_NAMES):
-            for law in CATEGORY_LAWS[name]:
+            for law in self.laws[name]:
                 if law in self:
                     out[:, k] = out[:, k] + torch.relu(self[law] - tolerance)
         return out

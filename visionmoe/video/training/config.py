@@ -81,6 +81,9 @@ class TrainConfig:
     # a control: each labelled category is held to the laws of the category law_shift places on
     # in the taxonomy (3: rigid to gas's, elastic to thermal's, liquid to optics'); 0 = its own
     law_shift: int = 0
+    # which laws: "field" (law_residuals: the estimate's flow and contrast) or "track" (track_laws:
+    # inequalities on the moving object's centroid track)
+    law_kind: str = "field"
     # stage 3: the velocity the correction is added to, as the pipeline applies it:
     # v_u + g (v_c - v_u) with g = flow_guidance (1 = the conditional velocity only)
     flow_guidance: float = 1.0
@@ -139,6 +142,8 @@ class TrainConfig:
             errs.append(f"law_tolerance must be >= 0, got {self.law_tolerance}")
         if not isinstance(self.law_shift, int) or self.law_shift < 0:
             errs.append(f"law_shift must be an integer >= 0, got {self.law_shift!r}")
+        if self.law_kind not in ("field", "track"):
+            errs.append(f"law_kind must be 'field' or 'track', got {self.law_kind!r}")
         if self.apply_to not in ("guided", "each_branch"):
             errs.append(f"apply_to must be 'guided' or 'each_branch', got {self.apply_to!r}")
         elif self.apply_to == "each_branch" and self.flow_guidance != 1.0:

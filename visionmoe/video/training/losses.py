@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from ..pila.law_residuals import category_law_residuals, corrected_clean_latent
+from ..pila.track_laws import category_track_residuals
 from .backbone import backbone_velocity
 from .config import TrainConfig
 from .sampling import _shift, sample_sigmas
@@ -77,15 +78,20 @@ def physics_loss(x_t, pred, v_base, x0, sigma) -> tuple:
     return F.relu(r - r_data).mean(), r_base.mean(), r_data.mean()
 
 
-def law_loss(x_t, pred, sigma, labels, tolerance: float = 0.0, shift: int = 0) -> torch.Tensor:
+LAW_KINDS = {"field": category_law_residuals, "track": category_track_residuals}
+
+
+def law_loss(x_t, pred, sigma, labels, tolerance: float = 0.0, shift: int = 0, kind: str = "field") -> torch.Tensor:
     """Each labelled category's own laws (:mod:`visionmoe.video.pila.law_residuals`) on the
     corrected clean-latent estimate ``x_t - sigma pred`` (``pred = v + s dv``), hinged at
     ``tolerance``: differentiable through ``dv``, with the law, not the clip, as the reference.
     Weighted by the labels, never by the routing mass, which the router could steer toward the
     category whose law is easiest to meet. ``shift`` (a control, ``TrainConfig.law_shift``)
-    holds each label to the laws of the category ``shift`` places on in the taxonomy."""
+    holds each label to the laws of the category ``shift`` places on in the taxonomy. ``kind``:
+    the field laws (:mod:`~visionmoe.video.pila.law_residuals`) or the track laws
+    (:mod:`~visionmoe.video.pila.track_laws`)."""
     x0c = corrected_clean_latent(x_t, pred, torch.zeros_like(pred), sigma)
-    return category_law_residuals(x0c).loss(torch.roll(labels.float(), shift, dims=1), tolerance)
+    return LAW_KINDS[kind](x0c).loss(torch.roll(labels.float(), shift, dims=1), tolerance)
 
 
 def category_loss(mass: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -192,7 +198,7 @@ def stage_losses(adapter_fn, adapter, pipe, batch: Dict, cfg: TrainConfig, gen: 
                 L["physics"], L["physics_base"], L["physics_data"] = physics_loss(x_t, pred, v_applied, x0, sigma)
                 total = total + cfg.w_physics * L["physics"]
             if cfg.w_law > 0:
-                L["law"] = law_loss(x_t, pred, sigma, labels, cfg.law_tolerance, cfg.law_shift)
+                L["law"] = law_loss(x_t, pred, sigma, labels, cfg.law_tolerance, cfg.law_shift, cfg.law_kind)
                 total = total + cfg.w_law * L["law"]
             if cfg.w_motion > 0:
                 L["motion"] = motion_loss(pred, flow_target)
