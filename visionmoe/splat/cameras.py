@@ -12,6 +12,7 @@ import math
 import os
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 __all__ = [
@@ -309,11 +310,14 @@ class SceneFrame:
         return radius_scale * self.size / math.sin(math.radians(fov_deg) / 2)
 
 
-def _weighted_quantile_radius(means, weights, centre, quantile: float) -> float:
-    dist = (means - centre).norm(dim=-1)
-    order = torch.argsort(dist)
-    cum = torch.cumsum(weights[order], 0) / weights.sum()
-    idx = int(torch.searchsorted(cum, torch.tensor([quantile], dtype=torch.float64)).clamp(max=len(order) - 1))
+# The frame's sums run in numpy, one thread, in row order: torch splits a float64 reduction
+# over its threads, so the centre, the size and the axes (and the coded file's XFRM section)
+# differed in the last bits with the thread count.
+def _weighted_quantile_radius(means: np.ndarray, weights: np.ndarray, centre: np.ndarray, quantile: float) -> float:
+    dist = np.sqrt(((means - centre) ** 2).sum(1))
+    order = np.argsort(dist, kind="stable")
+    cum = np.cumsum(weights[order]) / weights.sum()
+    idx = min(int(np.searchsorted(cum, quantile)), len(order) - 1)
     return float(dist[order[idx]])
 
 
@@ -333,25 +337,26 @@ def scene_frame(scene, *, quantile: float = 0.9, up="-y") -> SceneFrame:
     up_v = up_vector(up)
     if means.shape[0] == 0 or float(weights.sum()) <= 0:
         return SceneFrame(torch.zeros(3, dtype=torch.float64), 1.0, up_v, torch.eye(3, dtype=torch.float64))
-    centre = (weights[:, None] * means).sum(0) / weights.sum()
-    size = _weighted_quantile_radius(means, weights, centre, quantile)
+    m, w = means.numpy(), weights.numpy()
+    centre = (w[:, None] * m).sum(0) / w.sum()
+    size = _weighted_quantile_radius(m, w, centre, quantile)
     if not (size > 0 and math.isfinite(size)):
-        size = float((means - centre).norm(dim=-1).max())
+        size = float(np.sqrt(((m - centre) ** 2).sum(1)).max())
         if not (size > 0 and math.isfinite(size)):
             size = 1.0
-    return SceneFrame(centre, size, up_v, _principal_axes(means - centre, weights))
+    return SceneFrame(torch.from_numpy(centre), size, up_v, _principal_axes(m - centre, w))
 
 
-def _principal_axes(d: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+def _principal_axes(d: np.ndarray, w: np.ndarray) -> torch.Tensor:
     """[3, 3] rows: weighted principal axes of offsets ``d`` (largest variance first), each
     signed by the weighted third moment along it (positive; ties keep the eigensolver's sign,
     which only a perfectly symmetric scene reaches). The third row is ``x cross y`` (a rotation)."""
-    cov = (w[:, None, None] * d[:, :, None] * d[:, None, :]).sum(0) / w.sum()
-    _, vecs = torch.linalg.eigh(cov)
+    cov = np.stack([(w * d[:, i] * d[:, j]).sum() for i in range(3) for j in range(3)]).reshape(3, 3) / w.sum()
+    _, vecs = torch.linalg.eigh(torch.from_numpy(cov))
     axes = vecs.T.flip(0).clone()  # descending variance
     for i in range(2):
-        third = float((w * (d @ axes[i]) ** 3).sum())
-        if third < 0:
+        along = (d * axes[i].numpy()).sum(1)
+        if float((w * along ** 3).sum()) < 0:
             axes[i] = -axes[i]
     axes[2] = torch.linalg.cross(axes[0], axes[1])
     return axes

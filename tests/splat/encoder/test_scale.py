@@ -49,6 +49,39 @@ def test_prototype_search_does_not_depend_on_the_thread_count():
     assert torch.equal(a, b) and torch.equal(da, db)
 
 
+def test_prototype_search_leaves_the_callers_thread_count():
+    """faiss's thread setting is OpenMP's, which torch shares: left at faiss's, a caller's later
+    torch reductions split differently (a second compress in one process wrote other bytes)."""
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        prototypes.nearest_center(torch.randn(4000, 9), torch.randn(64, 9))
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_the_scene_frame_does_not_depend_on_the_thread_count():
+    """The frame (and the file's XFRM section) is the same to the bit at 1 and 2 threads on a
+    scene large enough for torch to split a float64 reduction (its grain is 32768 elements;
+    with torch's sums this scene's centre and axes differed in the last bits)."""
+    from pgms_helpers import random_scene
+
+    from visionmoe.splat.cameras import scene_frame
+
+    scene = random_scene(133_618, 0, seed=9)
+    before = torch.get_num_threads()
+    try:
+        frames = []
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            frames.append(scene_frame(scene))
+    finally:
+        torch.set_num_threads(before)
+    a, b = frames
+    assert torch.equal(a.centre, b.centre) and a.size == b.size and torch.equal(a.canonical_axes(), b.canonical_axes())
+
+
 def test_build_codebook_deterministic():
     g = torch.Generator().manual_seed(2)
     x, w = torch.randn(5000, 9, generator=g), torch.rand(5000, generator=g)

@@ -186,14 +186,33 @@ def sample_nodes(pyr: Pyramid, per_level: int, seed: int) -> list[np.ndarray]:
     return out
 
 
-def _sample_parents(pyr: Pyramid, lv: int, idx: np.ndarray, quant: Quantizer, meta: SceneMeta) -> Parents:
-    """The exact (not decoded) parents of sample nodes ``idx`` of level ``lv``."""
-    if lv == 0:
-        return Parents.root(meta.origin, len(idx))
-    par = pyr.parent[lv][torch.from_numpy(idx)]
-    up = pyr.levels[lv - 1]
-    return Parents(up.means[par].double().numpy(), np.round(up.sh_dc[par].numpy() / quant.dc_step).astype(np.int64),
-                   up.quats[par].numpy(), up.log_scales[par].numpy())
+@dataclass
+class _SampleLevel:
+    """What a rung estimate reads of one level's sample nodes, whatever the preset: the nodes,
+    their weights and their exact parents' rows (None at level 0)."""
+
+    nodes: object  # GaussianScene
+    weight: np.ndarray
+    parents: tuple | None  # (means float64, sh_dc, quats, log_scales) of each node's parent
+
+
+def _sample_level(pyr: Pyramid, lv: int, idx: np.ndarray) -> _SampleLevel:
+    rows = torch.from_numpy(idx)
+    parents = None
+    if lv > 0:
+        par = pyr.parent[lv][rows]
+        up = pyr.levels[lv - 1]
+        parents = (up.means[par].double().numpy(), up.sh_dc[par].numpy(), up.quats[par].numpy(),
+                   up.log_scales[par].numpy())
+    return _SampleLevel(pyr.levels[lv].subset(rows), pyr.weight[lv][rows].numpy().astype(np.float64), parents)
+
+
+def _sample_parents(level: _SampleLevel, quant: Quantizer, meta: SceneMeta) -> Parents:
+    """The exact (not decoded) parents of a level's sample nodes."""
+    if level.parents is None:
+        return Parents.root(meta.origin, level.weight.shape[0])
+    means, sh_dc, quats, log_scales = level.parents
+    return Parents(means, np.round(sh_dc / quant.dc_step).astype(np.int64), quats, log_scales)
 
 
 def _fixed_bytes(tables: Tables, levels: int) -> int:
@@ -207,10 +226,12 @@ def _fixed_bytes(tables: Tables, levels: int) -> int:
 
 
 def estimate_rung(pyr: Pyramid, preset: Preset, meta: SceneMeta, samples: list, seed: int, books: CodebookCache,
-                  memo: TreeMemo | None = None) -> Rung:
+                  memo: TreeMemo | None = None, sample_cache: dict | None = None) -> Rung:
     """RD estimate of a preset from a sample of nodes per level (open loop on exact parents):
     per-node cost = merge distortion + weight x mean quantisation error per unit weight of its
-    level (and SH tier); per-node bytes = mean entropy of its level (and SH tier)."""
+    level (and SH tier); per-node bytes = mean entropy of its level (and SH tier).
+    ``sample_cache``: level -> the sample nodes' preset-free rows, kept across the rungs of one
+    search (``samples`` and ``pyr`` fixed; gathering them took 10% of a `fast` encode)."""
     L = pyr.num_levels
     quant = meta.quantizer(preset)
     tables = rung_tables(pyr, preset, meta, seed, books)
@@ -219,13 +240,17 @@ def estimate_rung(pyr: Pyramid, preset: Preset, meta: SceneMeta, samples: list, 
     for lv in range(L):
         fine = lv == L - 1
         idx = samples[lv]
-        nodes = pyr.levels[lv].subset(torch.from_numpy(idx))
+        level = None if sample_cache is None else sample_cache.get(lv)
+        if level is None:
+            level = _sample_level(pyr, lv, idx)
+            if sample_cache is not None:
+                sample_cache[lv] = level
+        nodes, w = level.nodes, level.weight
         kk = keep[idx] if (fine and keep is not None) else None
-        sym, dec = quantize_level(nodes, _sample_parents(pyr, lv, idx, quant, meta), fine, quant,
+        sym, dec = quantize_level(nodes, _sample_parents(level, quant, meta), fine, quant,
                                   dataclasses.replace(tables, sh_keep=kk),
                                   None if memo is None else memo.level(memo.sample, lv))
         err = pair_error(nodes, dec.to_scene()).numpy().astype(np.float64)
-        w = pyr.weight[lv][torch.from_numpy(idx)].numpy().astype(np.float64)
         bits = _node_bits(sym, len(idx), kk) / 8 + (0.0 if fine else 0.25)
         n = pyr.levels[lv].num_gaussians
         per_w = np.zeros(n)

@@ -114,13 +114,15 @@ class RungSearch:
         self.cache: dict[tuple, RungEval] = {}
         self.books, self.memo = CodebookCache(), TreeMemo()
         self.samples = sample_nodes(tree.pyramid, 16384, seed)
+        self.sample_cache: dict = {}  # estimate_rung's per-level sample rows
         self.n_app = len(APPEARANCE_LADDER) if tree.meta.sh_degree > 0 else 1
 
     def evaluate(self, pi: tuple) -> tuple:
         """The rung's ranking key (unfit rungs rank after every fitting one, smallest estimate first)."""
         if pi not in self.cache:
             pyr = self.tree.pyramid
-            rung = estimate_rung(pyr, make_preset(*pi), self.tree.meta, self.samples, self.seed, self.books, self.memo)
+            rung = estimate_rung(pyr, make_preset(*pi), self.tree.meta, self.samples, self.seed, self.books, self.memo,
+                                 self.sample_cache)
             rung.plan = plan_cut(pyr.child_count, pyr.parent, rung.cost, rung.node_bytes)
             # the per-node estimates only feed the plan; kept for every rung the climb visits,
             # they were 1.3 GB of a 3M SH3 encode's peak (two float64 per node, ~40 rungs)

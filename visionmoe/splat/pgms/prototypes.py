@@ -40,11 +40,17 @@ def nearest_center(x: torch.Tensor, centers: torch.Tensor) -> tuple[torch.Tensor
     faiss = _faiss() if x.device.type == "cpu" else None
     if faiss is None or x.shape[0] == 0:
         return _nearest_center_op(x, centers)
-    faiss.omp_set_num_threads(_FAISS_THREADS)  # the calling thread's setting
-    xs = x.detach().float().contiguous().numpy()
-    index = faiss.IndexFlatL2(xs.shape[1])
-    index.add(centers.detach().float().contiguous().numpy())
-    d, i = index.search(xs, 1)
+    # the calling thread's OpenMP setting, which torch's own ops share: restored after the search
+    # (left at 2, a caller's later torch reductions split differently)
+    caller_threads = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(_FAISS_THREADS)
+    try:
+        xs = x.detach().float().contiguous().numpy()
+        index = faiss.IndexFlatL2(xs.shape[1])
+        index.add(centers.detach().float().contiguous().numpy())
+        d, i = index.search(xs, 1)
+    finally:
+        faiss.omp_set_num_threads(caller_threads)
     return torch.from_numpy(i[:, 0].astype("int64")), torch.from_numpy(d[:, 0]).clamp_min(0)
 
 
