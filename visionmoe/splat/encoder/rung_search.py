@@ -465,7 +465,8 @@ def _fill_with_palettes_held(search: RungSearch, enc: Encoding, over: Encoding, 
     of the file at once): the geometry fill again, every rung using ``enc``'s tables."""
     if _palette_channels(over) == _palette_channels(enc):
         return enc
-    held = _fill_axis(search, enc, 0, top, hold=(None, enc.rung.preset.palettes_from or enc.rung.preset.geometry))
+    p = enc.rung.preset
+    held = _fill_axis(search, enc, 0, top, hold=(None, p.geometry if p.palettes_from is None else p.palettes_from))
     logger.debug("every leaf at rung %s (palettes held): %d bytes of %d", held.rung.index, held.nbytes, search.target)
     return held if held.nbytes > enc.nbytes else enc
 
