@@ -3,8 +3,8 @@ predicts for any of its parameters, hinged, so a lawful clip costs nothing and o
 breaks the law is pushed, through ``dv``, toward it.
 
 The field laws of :mod:`visionmoe.video.pila.law_residuals` read the latent's flow and contrast;
-on the deficit world's simulator clips they rank lawful and unlawful clips no better than chance
-on two of four scenarios, and a clip frozen in time satisfies every one of them
+on the deficit world's simulator clips they score lawful projectiles worse than unlawful ones
+(AUC 0.28) and barely separate sliding (0.63), and a clip frozen in time satisfies every one of them
 (``scripts/probe_law_residuals.py``). Here the observable is the object itself: per latent frame
 the centroid of what differs from the clip's per-cell temporal median (the static background),
 in latent cells, +y down; its velocity and acceleration are finite differences over the latent
