@@ -339,10 +339,13 @@ def scene_frame(scene, *, quantile: float = 0.9, up="-y") -> SceneFrame:
         return SceneFrame(torch.zeros(3, dtype=torch.float64), 1.0, up_v, torch.eye(3, dtype=torch.float64))
     m, w = means.numpy(), weights.numpy()
     centre = (w[:, None] * m).sum(0) / w.sum()
+    # a radius within the centre's rounding is no size (every Gaussian at one point: the mean
+    # of equal positions can miss them by an ulp)
+    least = 1e-12 * (1.0 + float(np.abs(centre).max()))
     size = _weighted_quantile_radius(m, w, centre, quantile)
-    if not (size > 0 and math.isfinite(size)):
+    if not (size > least and math.isfinite(size)):
         size = float(np.sqrt(((m - centre) ** 2).sum(1)).max())
-        if not (size > 0 and math.isfinite(size)):
+        if not (size > least and math.isfinite(size)):
             size = 1.0
     return SceneFrame(torch.from_numpy(centre), size, up_v, _principal_axes(m - centre, w))
 
