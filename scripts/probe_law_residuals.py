@@ -8,6 +8,7 @@ weighting) on the clean latent as it is, and on three edits of the lawful clips 
 should prefer: every frame frozen to the first (nothing moves), the object faded halfway toward
 each frame's mean (a fainter object), and time reversed. Per scenario: the mean residual of each
 set, and the AUC, the chance that a lawful clip scores below an unlawful one (0.5: no signal).
+``--laws track`` scores the track laws (:mod:`visionmoe.video.pila.track_laws`) instead.
 
     python scripts/probe_law_residuals.py --cache out/pila_deficit/train_vae_fg_seq32/cache.pt \
         --out out/pila_deficit/law_probe
@@ -24,9 +25,8 @@ import os
 import torch
 
 from visionmoe.video.data.law_variants import LAW_SCENARIOS
-from visionmoe.video.pila.law_residuals import category_law_residuals
-from visionmoe.video.pila.track_laws import category_track_residuals
 from visionmoe.video.pila.taxonomy import CATEGORY_NAMES
+from visionmoe.video.training.losses import LAW_KINDS as LAWS
 
 
 def frozen(x: torch.Tensor) -> torch.Tensor:
@@ -40,9 +40,6 @@ def faded(x: torch.Tensor, keep: float = 0.5) -> torch.Tensor:
 
 def reversed_in_time(x: torch.Tensor) -> torch.Tensor:
     return x.flip(2)
-
-
-LAWS = {"field": category_law_residuals, "track": category_track_residuals}
 
 
 def labelled_residual(x: torch.Tensor, category: str, laws: str = "field", batch: int = 64) -> torch.Tensor:
