@@ -84,7 +84,19 @@ def quick_set() -> list[tuple[str, GaussianScene, dict]]:
         ("single_node_levels", *synthetic(random_scene(40, 1, seed=13), ratio=3)),
         # a target below the coarsest rung: every node stays in level 0, the finest level is empty
         ("empty_finest_level", *synthetic(random_scene(300, 0, seed=9), ratio=400)),
+        # exact duplicate rows, one of them 20 times (format 5.1: the fine tier's copy counts)
+        ("exact_copies", *synthetic(copies_scene(), ratio=3)),
     ]
+
+
+def copies_scene() -> GaussianScene:
+    """A scene whose rows repeat bit for bit: 30% of them twice, one 20 times."""
+    from pgms_helpers import random_scene
+
+    base = random_scene(1500, 1, seed=15)
+    g = torch.Generator().manual_seed(16)
+    rows = torch.cat([torch.arange(1500), torch.randperm(1500, generator=g)[:450], torch.full((19,), 7)])
+    return base.subset(rows[torch.randperm(len(rows), generator=g)])
 
 
 def rans_vectors() -> list[dict]:

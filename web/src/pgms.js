@@ -22,6 +22,8 @@ const GLOBAL_LEVEL = 255;
 const MAX_NODES = 2 ** 28;
 const MAX_SYMBOLS = 2 ** 30;
 const MAX_CHILDREN = 255;
+const FLAG_COPIES = 1; // HEAD flags (offset 38, format 5.1+): the fine tier ends with the stream `copies`
+const MAX_COPIES = 16; // source rows one fine-tier node may stand for
 const MAX_PALETTE = 4096;
 const BIG = 2 ** 40;
 const MAX_ABS_LOG_SCALE = 80; // every decoded log-scale, before and after XFRM (exp finite in float32)
@@ -297,7 +299,7 @@ export function nextSection(bytes, pos) {
   return { tag, level, payload, offset: pos, end: pos + 16 + length };
 }
 
-export function parseHeader(payload, fileSize) {
+export function parseHeader(payload, fileSize, version = { major: 5, minor: 0 }) {
   if (payload.length !== 68) throw new FormatError(`HEAD section has ${payload.length} bytes, expected 68`);
   const dv = new DataView(payload.buffer, payload.byteOffset, payload.byteLength);
   const u32 = (o) => dv.getUint32(o, true);
@@ -310,7 +312,10 @@ export function parseHeader(payload, fileSize) {
     origin: [dv.getFloat32(48, true), dv.getFloat32(52, true), dv.getFloat32(56, true)],
     referenceBytes: u32(60) + u32(64) * 2 ** 32,
   };
-  if (dv.getUint16(38, true) || u32(44)) throw new FormatError("HEAD reserved fields are not zero");
+  const flags = dv.getUint16(38, true);
+  const known = version.major === 5 && version.minor >= 1 ? FLAG_COPIES : 0;
+  if ((flags & ~known) || u32(44)) throw new FormatError("HEAD reserved fields are not zero");
+  h.copies = (flags & FLAG_COPIES) !== 0;
   if (!(h.numLevels >= 1 && h.numLevels <= 32)) throw new FormatError(`HEAD declares ${h.numLevels} levels, expected 1-32`);
   if (h.shDegree > 3) throw new FormatError(`HEAD declares SH degree ${h.shDegree}, expected 0-3`);
   if (!(h.level0 > 0 && h.level0 <= h.totalNodes && h.totalNodes <= Math.min(MAX_NODES, 64 * fileSize))) {
@@ -620,7 +625,7 @@ export class PgmsStream {
       if (tag !== "HEAD") throw new FormatError(`corrupt .pgms: first section is '${tag}', expected 'HEAD'`);
       // HEAD bounds the node count by 64 x the file size; a stream of unknown size is bounded
       // by the format's node limit only (every level is still checked against HEAD's total)
-      this.header = parseHeader(sec.payload, this.fileSize ?? MAX_NODES);
+      this.header = parseHeader(sec.payload, this.fileSize ?? MAX_NODES, this.version);
       return null;
     }
     const order = ["XFRM", "CBSR", "CBSH", "SHQP", "PALT"];
@@ -841,7 +846,15 @@ export class PgmsStream {
     let cc;
     if (fine) cc = new Float64Array(n);
     else cc = r.ints("child_count", n, 0, MAX_CHILDREN);
+    // format 5.1: a fine-tier node coded once for several identical source rows (repeated by scene())
+    const copies = fine && h.copies ? r.ints("copies", n, 0, MAX_COPIES - 1) : null;
     r.done();
+    if (copies) {
+      let extra = 0;
+      for (let i = 0; i < n; i++) extra += copies[i];
+      this.extraCopies = extra;
+      if (b) checkMemory(this.seen + extra, h.shDegree, this.shq ? this.shq.k : 0, b.fileSize, b.maxMemory);
+    }
     for (let i = 0; i < 3 * n; i++) {
       if (!Number.isFinite(means[i]) || !Number.isFinite(dc[i])) throw new FormatError(`${where}: decoded positions or colours are not finite`);
     }
@@ -856,7 +869,7 @@ export class PgmsStream {
     if (fine && this.seen !== h.totalNodes) {
       throw new FormatError(`corrupt .pgms: HEAD declares ${h.totalNodes} nodes, the level sections hold ${this.seen}`);
     }
-    this.levels.push({ n, means, quats, ls, logit, dc, rest, terminal: cc.map((c) => (c === 0 ? 1 : 0)) });
+    this.levels.push({ n, means, quats, ls, logit, dc, rest, copies, terminal: cc.map((c) => (c === 0 ? 1 : 0)) });
     // children inherit their parent's decoded frame (float32 values)
     const np = {
       n: nNext,
@@ -888,7 +901,7 @@ export class PgmsStream {
     let N = 0;
     for (let l = 0; l <= lv; l++) {
       const L = this.levels[l];
-      if (l === lv) N += L.n;
+      if (l === lv) N += L.n + (L.copies ? this.extraCopies : 0);
       else for (let i = 0; i < L.n; i++) N += L.terminal[i];
     }
     const s = {
@@ -901,13 +914,15 @@ export class PgmsStream {
       const L = this.levels[l];
       for (let i = 0; i < L.n; i++) {
         if (l !== lv && !L.terminal[i]) continue;
-        s.means.set(L.means.subarray(3 * i, 3 * i + 3), 3 * o);
-        s.quats.set(L.quats.subarray(4 * i, 4 * i + 4), 4 * o);
-        s.logScales.set(L.ls.subarray(3 * i, 3 * i + 3), 3 * o);
-        s.opacityLogits[o] = L.logit[i];
-        s.shDc.set(L.dc.subarray(3 * i, 3 * i + 3), 3 * o);
-        if (K) s.shRest.set(L.rest.subarray(i * K * 3, (i + 1) * K * 3), o * K * 3);
-        o++;
+        for (let c = L.copies ? L.copies[i] : 0; c >= 0; c--) {
+          s.means.set(L.means.subarray(3 * i, 3 * i + 3), 3 * o);
+          s.quats.set(L.quats.subarray(4 * i, 4 * i + 4), 4 * o);
+          s.logScales.set(L.ls.subarray(3 * i, 3 * i + 3), 3 * o);
+          s.opacityLogits[o] = L.logit[i];
+          s.shDc.set(L.dc.subarray(3 * i, 3 * i + 3), 3 * o);
+          if (K) s.shRest.set(L.rest.subarray(i * K * 3, (i + 1) * K * 3), o * K * 3);
+          o++;
+        }
       }
     }
     if (this.xfrm) applyTransform(s, this.xfrm); // the file codes the scene in its canonical frame
@@ -939,6 +954,10 @@ export function decodePgms(bytes, { level, maxMemory } = {}) {
     throw new FormatError(`truncated .pgms: ${bytes.length} bytes hold ${s.levels.length} of the levels up to ${want}`);
   }
   if (level === undefined) s.end();
+  // the fine tier's repeated copies (format 5.1), known once its streams are read
+  if (nodes && want === s.header.numLevels - 1 && s.extraCopies) {
+    checkMemory(nodes.count + s.extraCopies, nodes.shDegree, nodes.grid, bytes.length, maxMemory);
+  }
   const scene = s.scene(want);
   if (scene.count === 0) throw new FormatError("corrupt .pgms: the decoded scene holds no Gaussians");
   return { header: s.header, version: s.version, levels: s.levels.length, scene };
@@ -958,7 +977,7 @@ function declaredNodes(bytes, level) {
       pos = sec.end;
       if (!header) {
         if (sec.tag !== "HEAD") return null;
-        header = parseHeader(sec.payload, bytes.length);
+        header = parseHeader(sec.payload, bytes.length, readPreamble(bytes));
       } else if (sec.tag === "SHQP" && sec.payload.length === 8) {
         grid = (sec.payload[0] + 1) ** 2 - 1;
       } else if (sec.tag === "LEVL") {

@@ -321,13 +321,16 @@ def _encode(guarded: GuardedScene, opts: EncodeOptions, prog: Progress) -> Compr
     cameras = None if every_view is None else every_view[:rings]
     inp = _Inputs(scene, opts, cameras, refs, ref_bytes, prog, times)
     inp.check = _render_check(inp)
-    from .contribution import prune as prune_faint
+    from .contribution import prune_mask
 
     with times.stage("pyramid", lambda: f"{tree.kept.num_gaussians} of {n_in} Gaussians kept, "
                                         f"{tree.pyramid.num_levels} levels"):
-        kept, w = prune_faint(scene, contributions, opts.prune_threshold)
+        coded, w_all, counts = _coded_rows(scene, contributions)
+        keep = prune_mask(w_all, opts.prune_threshold)
         prog("pyramid", 0, 1)
-        tree = build_tree(kept, w, scene.sh_degree, n_in, ref_bytes, transform)
+        tree = build_tree(coded.subset(keep), w_all[keep], scene.sh_degree, n_in, ref_bytes, transform,
+                          None if counts is None else counts[keep])
+        del coded, w_all
         prog.finish("pyramid")
     if opts.psnr is None:
         target = opts.target_bytes(ref_bytes)
@@ -348,10 +351,29 @@ def _encode(guarded: GuardedScene, opts: EncodeOptions, prog: Progress) -> Compr
     return CompressResult(
         data=enc.data, reference_bytes=ref_bytes, target_bytes=target, preset_index=enc.rung.index,
         preset=enc.rung.preset, primitives=sum(enc.terminal), primitives_per_level=enc.terminal,
-        coded_per_level=enc.coded, input_gaussians=n_in, pruned=n_in - tree.kept.num_gaussians, proxy_psnr=proxy,
+        coded_per_level=enc.coded, input_gaussians=n_in, pruned=n_in - _source_rows(tree), proxy_psnr=proxy,
         timings=times.seconds, stream_stats=enc.stats, decode_bytes=_check_decode_memory(enc.data),
         target_note=target_note,
     )
+
+
+def _coded_rows(scene: GaussianScene, contributions: torch.Tensor):
+    """-> (the rows to code, their contributions, how many identical source rows each stands for
+    or None): one row per group of bitwise-identical Gaussians (``encoder.copies``), its
+    contribution the group's sum."""
+    from .copies import find_copies
+
+    copies = find_copies(scene)
+    if copies is None:
+        return scene, contributions, None
+    logger.info("%d of %d Gaussians are exact copies of another: coded once, with a copy count",
+                scene.num_gaussians - len(copies.rows), scene.num_gaussians)
+    return scene.subset(copies.rows), copies.sum_per_entry(contributions), copies.count
+
+
+def _source_rows(tree: Tree) -> int:
+    """The source Gaussians the tree's kept rows stand for."""
+    return tree.kept.num_gaussians if tree.copies is None else int(tree.copies.sum())
 
 
 def _render_check(inp: _Inputs) -> rung_search.RenderCheck | None:

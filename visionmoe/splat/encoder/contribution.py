@@ -128,7 +128,11 @@ def _render_views(scene: GaussianScene | None, cameras, views: list[int], per_ca
 def prune(scene: GaussianScene, contributions: torch.Tensor, threshold: float = 1 / 255
           ) -> tuple[GaussianScene, torch.Tensor]:
     """Drop Gaussians whose total contribution is below ``threshold`` (keeps at least one)."""
-    keep = contributions >= threshold
-    if not bool(keep.any()):
-        keep = contributions == contributions.max()
+    keep = prune_mask(contributions, threshold)
     return scene.subset(keep), contributions[keep]
+
+
+def prune_mask(contributions: torch.Tensor, threshold: float = 1 / 255) -> torch.Tensor:
+    """The rows :func:`prune` keeps: a contribution of at least ``threshold`` (at least one row)."""
+    keep = contributions >= threshold
+    return keep if bool(keep.any()) else contributions == contributions.max()

@@ -171,15 +171,16 @@ class _Attempts:
     def __call__(self, m: int, pin=None) -> Variant:
         tree, job = self.base.tree, self.job
         idx = torch.sort(self.order[:m]).values
+        copies = None if tree.copies is None else tree.copies[idx]
         if pin is not None and pin in self.estimates:
             enc, sub = encode_pinned_variant(tree, self.seeds, pin, torch.isin(tree.pyramid.leaf_order, idx),
                                              job.target, job.seed)
             if tree.kept.num_gaussians > _PRUNE_KEEP_PINNED_SYMBOLS_MAX_LEAVES:
                 self.estimates[pin].symbols = []
             return Variant(job.error(decode_coded(enc.data)), enc, Tree(tree.kept.subset(idx), tree.weights[idx], sub,
-                                                                       tree.meta))
+                                                                       tree.meta, copies))
         new = build_tree(tree.kept.subset(idx), tree.weights[idx], job.sh_degree, job.n_in, job.ref_bytes,
-                         tree.meta.transform)
+                         tree.meta.transform, copies)
         # a variant short of the target is refilled with more of its Gaussians (``_refill``), not
         # moved to a finer fractional rung (``fill=False``)
         # the variant's rung search reports nothing: the pruning search reports per variant

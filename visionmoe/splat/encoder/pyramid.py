@@ -96,6 +96,7 @@ class Pyramid:
     distortion: list[torch.Tensor]  # [n_l] contribution-weighted error vs the leaves below
     leaf_order: torch.Tensor  # [N] index into the input scene of each leaf
     leaf_weight: torch.Tensor  # [N] leaf contributions
+    copies: torch.Tensor | None = None  # [N] int64, the source rows each leaf stands for (None: one each)
 
     @property
     def num_levels(self) -> int:
@@ -227,4 +228,5 @@ def drop_leaves(pyr: Pyramid, keep: torch.Tensor) -> tuple[Pyramid, list[torch.T
     distortion.append(torch.zeros(len(index[-1])))
     src = pyr.leaf_order[index[-1]]
     leaf_order = torch.searchsorted(torch.sort(src).values, src)
-    return Pyramid(levels, wts, parents, child_count, distortion, leaf_order, wts[-1]), index
+    copies = None if pyr.copies is None else pyr.copies[index[-1]]
+    return Pyramid(levels, wts, parents, child_count, distortion, leaf_order, wts[-1], copies), index

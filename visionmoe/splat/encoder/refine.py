@@ -177,10 +177,22 @@ def refine_and_encode(tree: Tree, dense: GaussianScene, base: Encoding, cameras,
     refined = refine(prim.to(device), dense.to(device), cameras, steps=steps, views_per_step=views_per_step,
                      lr_final=_REFINE_LR_FINAL, progress=lambda i, n: prog("refine", i, n),
                      check=None if check is None else (lambda partial: check(encode(partial).data)),
-                     check_at=_REFINE_CHECK_AT, quantize=terminal_quantizer(tree, base, terms), keep_best=True)
+                     check_at=_REFINE_CHECK_AT, quantize=terminal_quantizer(tree, base, terms), keep_best=True,
+                     repeat=copies_index(pyr, terms, device))
     if refined is None:
         return None
     return encode(refined)
+
+
+def copies_index(pyr: Pyramid, terms: list[torch.Tensor], device="cpu") -> torch.Tensor | None:
+    """The cut's primitives as the decoder emits them: each fine-tier leaf as many times as the
+    identical source rows it stands for (None: once each)."""
+    if pyr.copies is None:
+        return None
+    counts = torch.cat([torch.ones(len(t), dtype=torch.int64) for t in terms[:-1]] + [pyr.copies[terms[-1]]])
+    if bool((counts == 1).all()):
+        return None
+    return torch.repeat_interleave(torch.arange(len(counts)), counts).to(device)
 
 
 # Parameters the refinement sees decoded (straight-through). Measured on tarot at 20x (render MSE

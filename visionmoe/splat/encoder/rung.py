@@ -279,6 +279,8 @@ def quantize_tree(pyr: Pyramid, rung: Rung, meta: SceneMeta, memo: TreeMemo | No
             parents_out.append(parents)
         sym, dec = quantize_level(pyr.levels[lv], parents, fine, rung.quant, rung.tables,
                                   None if memo is None else memo.level(memo.full, lv))
+        if fine and pyr.copies is not None:  # format 5.1: the fine tier codes each leaf's copies
+            sym = {**sym, "copies": (pyr.copies - 1).numpy().astype(np.int64)}
         symbols.append(sym)
         if not fine:
             parents = Parents.of(dec, pyr.parent[lv + 1].numpy())

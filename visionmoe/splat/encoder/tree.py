@@ -43,13 +43,17 @@ class Tree:
     weights: torch.Tensor  # [N]
     pyramid: Pyramid
     meta: SceneMeta
+    copies: torch.Tensor | None = None  # [N] int64, the identical source rows each kept row stands for
 
 
 def build_tree(kept: GaussianScene, w: torch.Tensor, sh_degree: int, n_in: int, ref_bytes: int,
-               transform: bs.FileTransform | None = None) -> Tree:
+               transform: bs.FileTransform | None = None, copies: torch.Tensor | None = None) -> Tree:
     """The pyramid over the kept Gaussians and the encoder's scene-level metadata (``transform``:
-    the way from the coded frame back to the scene's, written to the file)."""
+    the way from the coded frame back to the scene's, written to the file; ``copies``: how many
+    identical source rows each kept row stands for, ``encoder.copies``)."""
     pyr = build_pyramid(kept, w)
+    if copies is not None:
+        pyr.copies = copies[pyr.leaf_order]
     lo, hi = kept.means.min(0).values, kept.means.max(0).values
     extent = float((hi - lo).max().clamp_min(1e-6))
     leaves = pyr.levels[-1]
@@ -57,4 +61,4 @@ def build_tree(kept: GaussianScene, w: torch.Tensor, sh_degree: int, n_in: int, 
     meta = SceneMeta(origin=((lo + hi) / 2).double().numpy(), min_step=extent * 2.0**-20, sh_degree=sh_degree,
                      source_gaussians=n_in, reference_bytes=ref_bytes, palettes=detect_palettes(leaves, parent_dc),
                      transform=transform)
-    return Tree(kept, w, pyr, meta)
+    return Tree(kept, w, pyr, meta, copies)

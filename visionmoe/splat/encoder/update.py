@@ -108,20 +108,21 @@ def _optimizer(scene: GaussianScene, dense: GaussianScene, lr_scale: float):
     return params, opt
 
 
-def _shown(params: dict, quantize) -> dict:
-    """The parameters a step renders: with ``quantize``, the decoded values straight-through."""
+def _shown(params: dict, quantize, repeat: torch.Tensor | None = None) -> GaussianScene:
+    """The scene a step renders: with ``quantize``, the decoded values straight-through; with
+    ``repeat``, its rows (see :func:`refine`)."""
     shown = dict(params)
     if quantize is not None:
         with torch.no_grad():  # the codec quantises on the CPU
             decoded = quantize(GaussianScene(**{k: v.detach().cpu() for k, v in params.items()}))
         for k, v in decoded.items():
             shown[k] = params[k] + (v.to(params[k]) - params[k]).detach()
-    return shown
+    return GaussianScene(**(shown if repeat is None else {k: v[repeat] for k, v in shown.items()}))
 
 
 def refine(scene: GaussianScene, dense: GaussianScene, cameras, *, steps: int = 30, lr_scale: float = 1.0,
            views_per_step: int = 16, lr_final: float = 1.0, progress=None, check=None, check_at: int = 0,
-           quantize=None, keep_best: bool = False) -> GaussianScene | None:
+           quantize=None, keep_best: bool = False, repeat: torch.Tensor | None = None) -> GaussianScene | None:
     """Render-vs-dense-render refinement of ``scene`` (continuous parameters) through the
     differentiable rasteriser; returns the refined scene (inputs untouched).
 
@@ -144,6 +145,9 @@ def refine(scene: GaussianScene, dense: GaussianScene, cameras, *, steps: int = 
     jump to another codeword (a merged primitive's shape prototype) that the straight-through
     gradient never takes back: on fruit at 50x (8 views of 128 px) one opaque primitive did at
     step 52 of 80 and the render error rose 8x for the rest of the run.
+
+    ``repeat``: the rows rendered, an index into the scene (a row coded once for several
+    identical source Gaussians renders as many times; ``encoder.copies``).
 
     ``lr_final`` < 1: the rates follow a cosine from their full value at the first step to
     ``lr_final`` times it at the last. Constant by default. The codec decays to 0.03x over 80
@@ -168,7 +172,7 @@ def refine(scene: GaussianScene, dense: GaussianScene, cameras, *, steps: int = 
             g["lr"] = lr * decay
         opt.zero_grad()
         b = step % num_batches
-        out = render(GaussianScene(**_shown(params, quantize)), cameras[batches[b]]).colors
+        out = render(_shown(params, quantize, repeat), cameras[batches[b]]).colors
         # MSE, the error PSNR measures: against L1 on the benchmark's refined rows (tarot, guitar,
         # plant, statue at 10x-50x, 512 px) tarot 20x +0.29 dB, plant 50x +0.11, statue 20x
         # +0.09, guitar 50x -0.11, the rest within 0.06

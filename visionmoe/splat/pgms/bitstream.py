@@ -36,13 +36,14 @@ from .coders import (_SLOW_CODER_LIMIT, ALL_CODERS, CODER_LZMA, CODER_NAMES, COD
 # (Quantizer, ShGrid, Palettes, identity_frames, decorrelate_dc... are re-exported:
 # ``bitstream`` stays the one import for the format's types.)
 from .stream_memo import memoized_stream
+from .header import (FLAG_COPIES, HEAD, MAX_CHILDREN, MAX_COPIES, MAX_NODES, VERSION, VERSION_COPIES,  # noqa: F401
+                     Header, parse_header)
 from .file_transform import XFRM, FileTransform  # noqa: F401 (re-exported: section XFRM)
 from .quantize import (MAX_ABS_DC_TABLE, MAX_ABS_LOG_SCALE, MAX_PALETTE, PALETTE_CHANNELS, PALETTE_NONE,
                        PALETTE_PREDICTED, DecodedLevel, Palettes, Parents, Quantizer, ShapeTable, ShGrid, Tables, correlate_dc, decorrelate_dc, dequantize_level,
                        identity_frames)  # noqa: F401
 
 MAGIC = b"\x89PGMS\r\n\x1a"
-VERSION = (5, 0)
 # 1.x (no PALT section) and 2.x (absolute fine-tier shapes, world-axis offsets) decode unchanged;
 # 5.x adds the optional XFRM section (the similarity from the coded frame to the scene's)
 READABLE_MAJORS = (1, 2, 3, 4, 5)
@@ -77,8 +78,8 @@ def pack_section(tag: str, payload: bytes, level: int = GLOBAL_LEVEL) -> bytes:
     return head + struct.pack("<I", crc) + payload
 
 
-def pack_preamble() -> bytes:
-    return MAGIC + struct.pack("<HH", *VERSION)
+def pack_preamble(version: tuple[int, int] = VERSION) -> bytes:
+    return MAGIC + struct.pack("<HH", *version)
 
 
 def read_preamble(data: bytes | memoryview) -> tuple[int, int]:
@@ -290,9 +291,6 @@ class StreamReader:
 # Everything below maps a coded pyramid (levels of Gaussians, child counts, codebooks and
 # quantiser settings) to sections and back. docs/FORMAT.md is the normative description.
 
-HEAD = struct.Struct("<BBBBIIIIffffBBHIIfffQ")
-MAX_NODES = 1 << 28
-MAX_CHILDREN = 255
 
 SHQP = struct.Struct("<BBHf")  # degree, reserved, reserved, step
 
@@ -329,7 +327,6 @@ def read_palettes(payload: bytes, major: int | None = None) -> Palettes:
     if not values:
         raise FormatError("PALT: section present but no channel has a palette")
     return Palettes(values, mode)
-
 
 
 @dataclass
@@ -369,7 +366,9 @@ def write_pgms(meta: FileMeta, shape_codebook: np.ndarray, sh_codebook: np.ndarr
             raise ValueError(f"per-primitive SH degree {shq.degree} exceeds the scene's {meta.sh_degree}")
         sh_codebook = None
     has_sh = sh_codebook is not None and meta.sh_degree > 0 and len(sh_codebook) > 0
-    out = [pack_preamble(), pack_section("HEAD", _pack_head(meta, counts, shape_codebook, sh_codebook if has_sh else None))]
+    copies = "copies" in level_symbols[-1]
+    out = [pack_preamble(VERSION_COPIES if copies else VERSION),
+           pack_section("HEAD", _pack_head(meta, counts, shape_codebook, sh_codebook if has_sh else None, copies))]
     if meta.transform is not None:
         out.append(pack_section("XFRM", meta.transform.pack()))
     out += _global_sections(meta, shape_codebook, sh_codebook if has_sh else None, shq, stats)
@@ -383,13 +382,14 @@ def write_pgms(meta: FileMeta, shape_codebook: np.ndarray, sh_codebook: np.ndarr
     return b"".join(out)
 
 
-def _pack_head(meta: FileMeta, counts: list[int], shape_codebook: np.ndarray, sh_codebook: np.ndarray | None) -> bytes:
+def _pack_head(meta: FileMeta, counts: list[int], shape_codebook: np.ndarray, sh_codebook: np.ndarray | None,
+               copies: bool = False) -> bytes:
     q = meta.quant
     has_sh = sh_codebook is not None
     return HEAD.pack(
         len(counts), meta.sh_degree, q.op_bits, q.rot_bits, counts[0], sum(counts), meta.source_gaussians,
         len(shape_codebook), q.pos_rel, q.dc_step, q.ls_step, q.min_step,
-        1 if has_sh else 0, _sh_cb_degree(sh_codebook) if has_sh else 0, 0, len(sh_codebook) if has_sh else 0, 0,
+        1 if has_sh else 0, _SH_CB_DEGREE[sh_codebook.shape[1]] if has_sh else 0, FLAG_COPIES if copies else 0, len(sh_codebook) if has_sh else 0, 0,
         *[float(v) for v in meta.origin], meta.reference_bytes,
     )
 
@@ -415,8 +415,7 @@ def _global_sections(meta: FileMeta, shape_codebook: np.ndarray, sh_codebook: np
     return out
 
 
-def _sh_cb_degree(cb: np.ndarray) -> int:
-    return {3: 1, 8: 2, 15: 3}[cb.shape[1]]
+_SH_CB_DEGREE = {3: 1, 8: 2, 15: 3}  # SH codebook rows' coefficients -> their degree
 
 
 def write_level(w: StreamWriter, sym: dict, child_count, fine: bool, has_sh: bool, shq: ShGrid | None = None) -> None:
@@ -444,6 +443,8 @@ def write_level(w: StreamWriter, sym: dict, child_count, fine: bool, has_sh: boo
             w.ints(f"sh{j}", rows[:, j])
     if not fine:
         w.ints("child_count", np.asarray(child_count, np.int64))
+    elif "copies" in sym:  # format 5.1: each fine node stands for 1 + copies[i] source rows
+        w.ints("copies", sym["copies"])
 
 
 _BIG = 1 << 40  # bound of a decoded position, log-scale or DC residual
@@ -481,48 +482,10 @@ def read_level(r: StreamReader, n: int, fine: bool, header: Header, tables: Tabl
             sym["sh_idx"] = np.zeros(n, np.int64)
             sym["sh_idx"][flag.astype(bool)] = r.ints("sh_idx", m, 0, len(cb) - 1)
     sym["child_count"] = np.zeros(n, np.int64) if fine else r.ints("child_count", n, 0, MAX_CHILDREN)
+    if fine and header.copies:
+        sym["copies"] = r.ints("copies", n, 0, MAX_COPIES - 1)
     r.done()
     return sym
-
-
-@dataclass
-class Header:
-    num_levels: int
-    sh_degree: int
-    level0: int
-    total_nodes: int
-    source_gaussians: int
-    shape_codebook_size: int
-    sh_codebook_size: int
-    has_sh_codebook: bool
-    sh_codebook_degree: int
-    origin: np.ndarray
-    quant: Quantizer
-    reference_bytes: int
-
-
-def parse_header(payload: bytes, file_size: int) -> Header:
-    if len(payload) != HEAD.size:
-        raise FormatError(f"HEAD section has {len(payload)} bytes, expected {HEAD.size}")
-    (n_levels, sh_degree, op_bits, rot_bits, level0, total, source, k_shape, pos_rel, dc_step, ls_step, min_step,
-     has_sh, cb_degree, r2, k_sh, r3, ox, oy, oz, ref) = HEAD.unpack(payload)
-    if r2 or r3:
-        raise FormatError("HEAD reserved fields are not zero")
-    if not 1 <= n_levels <= 32:
-        raise FormatError(f"HEAD declares {n_levels} levels, expected 1-32")
-    if sh_degree > 3:
-        raise FormatError(f"HEAD declares SH degree {sh_degree}, expected 0-3")
-    if not 0 < level0 <= total <= min(MAX_NODES, 64 * file_size):
-        raise FormatError(f"HEAD node counts (level 0: {level0}, total: {total}) are impossible for a {file_size}-byte file")
-    if not 1 <= k_shape <= 1 << 16 or k_sh > 1 << 16 or has_sh not in (0, 1) or (has_sh and (k_sh == 0 or sh_degree == 0)):
-        raise FormatError(f"HEAD codebook sizes invalid (shape {k_shape}, SH {k_sh}, flag {has_sh})")
-    if (has_sh and not 1 <= cb_degree <= sh_degree) or (not has_sh and (cb_degree or k_sh)):
-        raise FormatError(f"HEAD SH codebook degree {cb_degree} invalid for SH degree {sh_degree}")
-    origin = np.array([ox, oy, oz], np.float64)
-    if not np.isfinite(origin).all():
-        raise FormatError("HEAD origin is not finite")
-    quant = Quantizer(pos_rel, dc_step, ls_step, min_step, op_bits, rot_bits)
-    return Header(n_levels, sh_degree, level0, total, source, k_shape, k_sh, bool(has_sh), cb_degree, origin, quant, ref)
 
 
 GLOBAL_SECTIONS = ("XFRM", "CBSR", "CBSH", "SHQP", "PALT")  # in file order, after HEAD
@@ -537,13 +500,12 @@ def read_container(data: bytes | memoryview, max_level: int | None = None):
     """Parse preamble, HEAD and the sections up to ``max_level`` -> (header, codebooks, level payloads).
 
     With ``max_level`` set, sections after that level are not read (a truncated tail is fine)."""
-    read_preamble(data)
+    version = read_preamble(data)
     it = iter_sections(data)
     first = next(it)
     if first.tag != "HEAD":
         raise FormatError(f"corrupt .pgms: first section is {first.tag!r}, expected 'HEAD'")
-    header = parse_header(first.payload, len(data))
-    major = read_preamble(data)[0]
+    header, major = parse_header(first.payload, len(data), version), version[0]
     books, levels = {}, []
     for sec in it:
         if sec.tag in GLOBAL_SECTIONS and (sec.tag != "XFRM" or major >= 5):

@@ -125,7 +125,12 @@ def memory_needed(data: bytes) -> int:
     header, books, payloads = bs.read_container(data)
     major, _minor = bs.read_preamble(data)
     tables, _ = bs.read_tables(header, books, major)
-    return _needed(header, tables, sum(level_node_counts(header, payloads)))
+    counts = level_node_counts(header, payloads)
+    extra = 0
+    if header.copies:  # the repeated fine-tier nodes (format 5.1): read from the fine tier's streams
+        sym = bs.read_level(bs.StreamReader(payloads[-1], "fine level", major), counts[-1], True, header, tables)
+        extra = int(sym["copies"].sum())
+    return _needed(header, tables, sum(counts) + extra)
 
 
 def _needed(header: bs.Header, tables, nodes: int) -> int:
@@ -217,13 +222,20 @@ def _decode(data: bytes, level: int | None, max_memory: int | None, coded_frame:
             # the encoder's closed loop sees float32 parents
             prev, parent_row = Parents.of(dec, slice(None)), np.repeat(np.arange(n, dtype=np.int64), cc)
             continue
-        out = _Output(sum(len(rows) for _, rows in kept) + n, k_rest)
+        # format 5.1: a fine-tier node coded once for several identical source rows is repeated
+        copies = sym.get("copies") if fine else None
+        extra = 0 if copies is None else int(copies.sum())
+        if extra:
+            _check_memory(header, tables, sum(counts[: stop + 1]) + extra, len(data), max_memory)
+        out = _Output(sum(len(rows) for _, rows in kept) + n + extra, k_rest)
         at = 0
         for dec, rows in kept:
             at = out.put(at, dec, rows)
         kept.clear()
         for a in range(0, n, CHUNK_NODES):
-            at = out.put(at, dequantize(sym, a, min(n, a + CHUNK_NODES), fine, where))
+            b = min(n, a + CHUNK_NODES)
+            rows = slice(None) if not extra else np.repeat(np.arange(b - a), copies[a:b] + 1)
+            at = out.put(at, dequantize(sym, a, b, fine, where), rows)
     if out.means.shape[0] == 0:
         raise bs.FormatError("corrupt .pgms: the decoded scene holds no Gaussians")
     back = bs.read_transform(header, books)
@@ -253,7 +265,7 @@ def info(path_or_bytes) -> dict:
     major, minor = bs.read_preamble(data)
     secs = list(bs.iter_sections(data))
     sections = [(s.tag, s.level, len(s.payload)) for s in secs]
-    header = bs.parse_header(secs[0].payload, len(data))
+    header = bs.parse_header(secs[0].payload, len(data), (major, minor))
     back = bs.read_transform(header, {s.tag: s.payload for s in secs if s.level == bs.GLOBAL_LEVEL})
     return {
         "bytes": len(data), "version": f"{major}.{minor}", "levels": header.num_levels,
