@@ -34,12 +34,14 @@ class Copies:
         return torch.zeros(len(self.rows), dtype=values.dtype).index_add_(0, self.entry, values)
 
 
-def _row_words(scene: GaussianScene, a: int, b: int) -> np.ndarray:
-    """Rows ``a:b`` of every attribute as float32 bit patterns [b-a, D] (uint32)."""
+def _row_words(scene: GaussianScene, rows) -> np.ndarray:
+    """The ``rows`` (a slice or an index array) of every attribute as float32 bit patterns
+    [R, D] (uint32)."""
     parts = [scene.means, scene.quats, scene.log_scales, scene.opacity_logits.reshape(-1, 1), scene.sh_dc,
              scene.sh_rest.reshape(scene.num_gaussians, -1)]
-    rows = np.concatenate([p[a:b].detach().cpu().float().numpy() for p in parts], 1)
-    return np.ascontiguousarray(rows).view(np.uint32)
+    if not isinstance(rows, slice):
+        rows = torch.from_numpy(rows)
+    return np.ascontiguousarray(np.concatenate([p[rows].detach().cpu().float().numpy() for p in parts], 1)).view(np.uint32)
 
 
 def find_copies(scene: GaussianScene) -> Copies | None:
@@ -52,12 +54,12 @@ def find_copies(scene: GaussianScene) -> Copies | None:
     n = scene.num_gaussians
     if n < 2:
         return None
-    d = _row_words(scene, 0, 1).shape[1]
+    d = _row_words(scene, slice(0, 1)).shape[1]
     mult = (np.random.default_rng(0x9E3779B9).integers(1, 1 << 62, size=(2, d), dtype=np.int64) * 2 + 1).astype(np.uint64)
     h = np.empty(n, np.uint64)
     with np.errstate(over="ignore"):
         for a in range(0, n, _CHUNK):
-            w = _row_words(scene, a, min(n, a + _CHUNK)).astype(np.uint64)
+            w = _row_words(scene, slice(a, min(n, a + _CHUNK))).astype(np.uint64)
             h[a: a + len(w)] = (w * mult[0]).sum(1) ^ ((w * mult[1]).sum(1) >> np.uint64(29))
     order = np.argsort(h, kind="stable")
     hs = h[order]
@@ -71,7 +73,7 @@ def find_copies(scene: GaussianScene) -> Copies | None:
     for a in range(0, len(cand), _CHUNK):
         c = cand[a: a + _CHUNK]
         rows, firsts = order[c], run_first[c]
-        equal[c] = (_gather_words(scene, rows) == _gather_words(scene, firsts)).all(1)
+        equal[c] = (_row_words(scene, rows) == _row_words(scene, firsts)).all(1)
     if not equal.any():
         return None
     # the group of a sorted row: its run's first row where it equals it, else itself
@@ -84,9 +86,8 @@ def find_copies(scene: GaussianScene) -> Copies | None:
     start = np.ones(n, bool)
     start[1:] = g_sorted[1:] != g_sorted[:-1]
     rank = np.arange(n) - np.maximum.accumulate(np.where(start, np.arange(n), 0))
-    head = np.empty(n, np.int64)  # per sorted row: the row heading its entry
     is_head = rank % MAX_COPIES == 0
-    head[:] = by_group[np.maximum.accumulate(np.where(is_head, np.arange(n), 0))]
+    head = by_group[np.maximum.accumulate(np.where(is_head, np.arange(n), 0))]  # per sorted row: its entry's first
     entry_head = np.empty(n, np.int64)
     entry_head[by_group] = head
     rows = np.flatnonzero(entry_head == np.arange(n))
@@ -94,9 +95,3 @@ def find_copies(scene: GaussianScene) -> Copies | None:
     count = np.bincount(entry, minlength=len(rows))
     return Copies(torch.from_numpy(rows), torch.from_numpy(count.astype(np.int64)), torch.from_numpy(entry))
 
-
-def _gather_words(scene: GaussianScene, rows: np.ndarray) -> np.ndarray:
-    idx = torch.from_numpy(rows)
-    parts = [scene.means[idx], scene.quats[idx], scene.log_scales[idx], scene.opacity_logits[idx].reshape(-1, 1),
-             scene.sh_dc[idx], scene.sh_rest[idx].reshape(len(rows), -1)]
-    return np.ascontiguousarray(np.concatenate([p.detach().cpu().float().numpy() for p in parts], 1)).view(np.uint32)
