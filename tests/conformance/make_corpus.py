@@ -258,8 +258,8 @@ def cases(src: dict[str, bytes]):
 
 
 def copies_cases(src: dict[str, bytes]):
-    """The copies stream (format 5.1): the HEAD flag in a 5.0 file, a count above 15, a
-    repeated fine tier within the memory budget -> (name, bytes, expect)."""
+    """The copies stream (format 5.1): the HEAD flag in a 5.0 file (refused), a node with the
+    most copies, 15 (decodes), and one with 16 (refused) -> (name, bytes, expect)."""
     version, secs = h.parse(src["sh1_copies"])
     assert version == (5, 1)
     yield "copies flag in a 5.0 file", h.pack(secs, (5, 0)), "refuse"

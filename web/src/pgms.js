@@ -849,10 +849,9 @@ export class PgmsStream {
     // format 5.1: a fine-tier node coded once for several identical source rows (repeated by scene())
     const copies = fine && h.copies ? r.ints("copies", n, 0, MAX_COPIES - 1) : null;
     r.done();
+    let extra = 0;
     if (copies) {
-      let extra = 0;
       for (let i = 0; i < n; i++) extra += copies[i];
-      this.extraCopies = extra;
       if (b) checkMemory(this.seen + extra, h.shDegree, this.shq ? this.shq.k : 0, b.fileSize, b.maxMemory);
     }
     for (let i = 0; i < 3 * n; i++) {
@@ -869,7 +868,7 @@ export class PgmsStream {
     if (fine && this.seen !== h.totalNodes) {
       throw new FormatError(`corrupt .pgms: HEAD declares ${h.totalNodes} nodes, the level sections hold ${this.seen}`);
     }
-    this.levels.push({ n, means, quats, ls, logit, dc, rest, copies, terminal: cc.map((c) => (c === 0 ? 1 : 0)) });
+    this.levels.push({ n, means, quats, ls, logit, dc, rest, copies, extra, terminal: cc.map((c) => (c === 0 ? 1 : 0)) });
     // children inherit their parent's decoded frame (float32 values)
     const np = {
       n: nNext,
@@ -901,7 +900,7 @@ export class PgmsStream {
     let N = 0;
     for (let l = 0; l <= lv; l++) {
       const L = this.levels[l];
-      if (l === lv) N += L.n + (L.copies ? this.extraCopies : 0);
+      if (l === lv) N += L.n + L.extra;
       else for (let i = 0; i < L.n; i++) N += L.terminal[i];
     }
     const s = {
@@ -955,8 +954,8 @@ export function decodePgms(bytes, { level, maxMemory } = {}) {
   }
   if (level === undefined) s.end();
   // the fine tier's repeated copies (format 5.1), known once its streams are read
-  if (nodes && want === s.header.numLevels - 1 && s.extraCopies) {
-    checkMemory(nodes.count + s.extraCopies, nodes.shDegree, nodes.grid, bytes.length, maxMemory);
+  if (nodes && s.levels[want].extra) {
+    checkMemory(nodes.count + s.levels[want].extra, nodes.shDegree, nodes.grid, bytes.length, maxMemory);
   }
   const scene = s.scene(want);
   if (scene.count === 0) throw new FormatError("corrupt .pgms: the decoded scene holds no Gaussians");
