@@ -618,6 +618,40 @@ def test_refinement_quantiser_reproduces_the_decoder(asset):
     assert float((got["quats"] * q_own).sum(1).abs().min()) > 0.5
 
 
+def test_quantize_level_without_sh_decodes_the_rest_alike(asset, monkeypatch):
+    """quantize_level(sh=False) (the refinement's per-step quantiser) gives every other symbol and
+    decoded value of a full quantisation, bit for bit, and no SH symbols."""
+    import visionmoe.splat.encoder.rung as rung_mod
+    from visionmoe.splat.encoder.rung_search import allocate_and_encode
+    from visionmoe.splat.encoder.stages import Progress, StageTimes
+    from visionmoe.splat.encoder.tree import build_tree
+
+    scene, _, contrib = asset
+    assert scene.sh_degree > 0
+    kept, w = prune(scene, contrib)
+    ref = reference_ply_bytes(scene.num_gaussians, scene.sh_degree)
+    tree = build_tree(kept, w, scene.sh_degree, scene.num_gaussians, ref)
+    enc = allocate_and_encode(tree, ref // 20, pin=(6, 5), seed=0, prog=Progress(False), times=StageTimes()).encoding
+    real, checked = rung_mod.quantize_level, []
+
+    def both(nodes, parents, fine, quant, tables, memo=None):
+        sym, dec = real(nodes, parents, fine, quant, tables, memo)
+        bare_sym, bare = real(nodes, parents, fine, quant, tables, None, sh=False)
+        assert bare.rest is None and not any(k.startswith("sh_") for k in bare_sym)
+        assert set(bare_sym) == {k for k in sym if not k.startswith("sh_")}
+        for k, v in bare_sym.items():
+            assert np.array_equal(v, sym[k]), k
+        for f in ("means", "log_scales", "quats", "dcq", "dc", "alpha", "op_logit"):
+            a, b = getattr(bare, f), getattr(dec, f)
+            assert (a is None and b is None) or np.array_equal(a, b), f
+        checked.append(any(k.startswith("sh_") for k in sym))
+        return sym, dec
+
+    monkeypatch.setattr(rung_mod, "quantize_level", both)
+    rung_mod.quantize_tree(tree.pyramid, enc.rung, tree.meta)
+    assert len(checked) == tree.pyramid.num_levels and checked[-1]  # the fine tier codes SH
+
+
 def test_refined_cut_is_coded_as_fitted_within_the_target(asset, monkeypatch):
     """The refinement fits the cut's primitives as the codec decodes them; its re-encoding keeps
     that cut whenever the file fits the encode's target (the decoded file is what the refinement

@@ -227,7 +227,9 @@ def terminal_quantizer(tree: Tree, base: Encoding, terms: list[torch.Tensor]):
             nodes = GaussianScene(**{k: getattr(scene, k)[start: start + m] for k in _PARAMS})
             start += m
             lt = tables if not fine or tables.sh_keep is None else dataclasses.replace(tables, sh_keep=tables.sh_keep[ix])
-            _, dec = quantize_level(nodes, parents[lv].take(ix), fine, rung.quant, lt)
+            # the SH bands are refined unquantised (not in _REFINE_DECODED): their prototype
+            # search is skipped, the bulk of a step's quantisation on an SH3 cut
+            _, dec = quantize_level(nodes, parents[lv].take(ix), fine, rung.quant, lt, sh=False)
             alpha = np.clip(dec.alpha.astype(np.float64), 1e-7, 1 - 1e-7)
             logit = dec.op_logit if dec.op_logit is not None else np.log(alpha / (1 - alpha))
             q_own = _frames.unit(nodes.quats.numpy())

@@ -213,7 +213,7 @@ class DecodedLevel:
     dcq: np.ndarray  # [N, 3] int64
     dc: np.ndarray  # [N, 3] float32
     alpha: np.ndarray  # [N] float32
-    rest: np.ndarray  # [N, K, 3] float32
+    rest: np.ndarray | None  # [N, K, 3] float32 (None: not quantised, quantize_level(sh=False))
     op_logit: np.ndarray | None = None  # [N] the opacity palette's logits (exact), if one is used
     means_exact: np.ndarray | None = None  # formats 1-2: the float64 positions their children start from
 
@@ -556,13 +556,14 @@ def decode_sh(sym: dict, sh_codebook: np.ndarray | ShGrid | None, n: int, k_rest
 
 
 def quantize_level(nodes, parents: Parents, fine: bool, quant: Quantizer, tables: Tables,
-                   memo: LevelMemo | None = None) -> tuple[dict, DecodedLevel]:
+                   memo: LevelMemo | None = None, sh: bool = True) -> tuple[dict, DecodedLevel]:
     """Quantise one level's nodes (closed loop on the decoded parents): -> (symbols by stream, decoded level).
 
     Fine tier (``fine``): shapes in the parent's frame, the palettes and the SH of ``tables``;
     coarser tiers: scale-rotation prototypes. Every position offset is coded in the parent's
     frame (:mod:`._frames`). ``memo``: kept by the caller for these same ``nodes`` across rungs
-    (see :class:`LevelMemo`)."""
+    (see :class:`LevelMemo`). ``sh=False`` skips the SH bands (no SH symbols, decoded ``rest``
+    None): for a caller that reads only the other decoded values (no child depends on them)."""
     pal = tables.palettes if fine else None
     if fine:
         sym, log_scales, quats = encode_fine_shape(nodes, parents, quant, pal, memo)
@@ -571,8 +572,10 @@ def quantize_level(nodes, parents: Parents, fine: bool, quant: Quantizer, tables
     sym["pos"], means = encode_positions(nodes.means.numpy().astype(np.float64), parents, log_scales, quant)
     sym["dc"], dcq, dc = encode_dc(nodes.sh_dc.numpy(), parents.dcq, quant, pal)
     sym["op"], alpha, op_logit = encode_opacity(nodes.opacity_logits.numpy(), quant, pal)
-    sh_sym, rest = encode_sh(nodes.sh_rest, tables if fine else None, memo)
-    sym.update(sh_sym)
+    rest = None
+    if sh:
+        sh_sym, rest = encode_sh(nodes.sh_rest, tables if fine else None, memo)
+        sym.update(sh_sym)
     return sym, DecodedLevel(means, log_scales, quats, dcq, dc, alpha, rest, op_logit)
 
 
