@@ -214,6 +214,12 @@ def terminal_quantizer(tree: Tree, base: Encoding, terms: list[torch.Tensor]):
     quantize_tree(pyr, rung, tree.meta, parents_out=parents)
     L = pyr.num_levels
     tables = rung.tables
+    # per level, what every step shares: the terminals' decoded parents and their tables
+    fixed = []
+    for lv, idx in enumerate(terms):
+        fine, ix = lv == L - 1, idx.numpy()
+        lt = tables if not fine or tables.sh_keep is None else dataclasses.replace(tables, sh_keep=tables.sh_keep[ix])
+        fixed.append((fine, parents[lv].take(ix) if len(ix) else None, lt))
 
     def quantize(scene: GaussianScene) -> dict:
         out = {k: [] for k in _REFINE_DECODED}
@@ -222,14 +228,12 @@ def terminal_quantizer(tree: Tree, base: Encoding, terms: list[torch.Tensor]):
             m = len(idx)
             if m == 0:
                 continue
-            fine = lv == L - 1
-            ix = idx.numpy()
+            fine, level_parents, lt = fixed[lv]
             nodes = GaussianScene(**{k: getattr(scene, k)[start: start + m] for k in _PARAMS})
             start += m
-            lt = tables if not fine or tables.sh_keep is None else dataclasses.replace(tables, sh_keep=tables.sh_keep[ix])
             # the SH bands are refined unquantised (not in _REFINE_DECODED): their prototype
-            # search is skipped, the bulk of a step's quantisation on an SH3 cut
-            _, dec = quantize_level(nodes, parents[lv].take(ix), fine, rung.quant, lt, sh=False)
+            # search is skipped
+            _, dec = quantize_level(nodes, level_parents, fine, rung.quant, lt, sh=False)
             alpha = np.clip(dec.alpha.astype(np.float64), 1e-7, 1 - 1e-7)
             logit = dec.op_logit if dec.op_logit is not None else np.log(alpha / (1 - alpha))
             q_own = _frames.unit(nodes.quats.numpy())
