@@ -251,15 +251,14 @@ VM_HD Projection<T> project(const Camera<T>& cam, const T* mean, const T* quat, 
   return project_from_covariance(cam, mean, sigma, qnorm, near_plane, far_plane);
 }
 
-// Backward of `project` for one valid (Gaussian, camera) pair: accumulates into v_mean [3],
-// v_quat [4] (of the raw, unnormalised quaternion) and v_log_scale [3].
+// Backward of `project` for one valid (Gaussian, camera) pair from the camera-independent world
+// covariance and its factors (covariance3d's outputs, computed once per Gaussian by a caller
+// that loops over its cameras): accumulates into v_mean [3], v_quat [4] (of the raw,
+// unnormalised quaternion) and v_log_scale [3].
 template <typename T>
-VM_HD void project_vjp(const Camera<T>& cam, const T* mean, const T* quat, const T* log_scale,
-                       const T* v_mean2d /* [2] */, const T* v_conic /* [3] */, T v_depth, T* v_mean, T* v_quat,
-                       T* v_log_scale) {
-  T sigma[3][3], qn[4], qnorm, s[3];
-  Mat3<T> R;
-  covariance3d(quat, log_scale, sigma, &R, qn, &qnorm, s);
+VM_HD void project_vjp_cov(const Camera<T>& cam, const T* mean, const T sigma[3][3], const Mat3<T>& R, const T qn[4],
+                           T qnorm, const T s[3], const T* v_mean2d /* [2] */, const T* v_conic /* [3] */, T v_depth,
+                           T* v_mean, T* v_quat, T* v_log_scale) {
   ProjectionCtx<T> ctx;
   project_core(cam, mean, sigma, ctx);
   const T x = ctx.pc[0], y = ctx.pc[1], z = ctx.pc[2];
@@ -362,6 +361,17 @@ VM_HD void project_vjp(const Camera<T>& cam, const T* mean, const T* quat, const
   quat_to_rotmat_vjp(qn[0], qn[1], qn[2], qn[3], v_R, v_qn);
   const T dot = qn[0] * v_qn[0] + qn[1] * v_qn[1] + qn[2] * v_qn[2] + qn[3] * v_qn[3];
   for (int i = 0; i < 4; ++i) v_quat[i] += (v_qn[i] - qn[i] * dot) / qnorm;
+}
+
+// project_vjp_cov with the covariance computed here (one camera).
+template <typename T>
+VM_HD void project_vjp(const Camera<T>& cam, const T* mean, const T* quat, const T* log_scale,
+                       const T* v_mean2d /* [2] */, const T* v_conic /* [3] */, T v_depth, T* v_mean, T* v_quat,
+                       T* v_log_scale) {
+  T sigma[3][3], qn[4], qnorm, s[3];
+  Mat3<T> R;
+  covariance3d(quat, log_scale, sigma, &R, qn, &qnorm, s);
+  project_vjp_cov(cam, mean, sigma, R, qn, qnorm, s, v_mean2d, v_conic, v_depth, v_mean, v_quat, v_log_scale);
 }
 
 // ----------------------------------------------------------------------------- SH

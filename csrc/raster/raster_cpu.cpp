@@ -42,6 +42,25 @@ constexpr int64_t kGrain = 4096;
 // region costs a barrier; on a busy machine a descheduled thread stalls it for milliseconds).
 constexpr int64_t kParallelMin = 16384;
 
+// Scratch vectors kept by the calling thread between renders: a fresh allocation of the tens of
+// MB a 4-view 512-px render needs page-faults at every first touch (a tenth of a refinement
+// step's backward). A buffer that grew past kScratchKeep is freed after its call.
+constexpr size_t kScratchKeep = size_t(64) << 20;
+
+template <typename V, int Tag>
+V& scratch() {
+  thread_local V v;
+  return v;
+}
+
+template <typename V>
+struct ScratchRelease {  // frees a large scratch vector at the end of the call
+  V& v;
+  ~ScratchRelease() {
+    if (v.capacity() * sizeof(typename V::value_type) > kScratchKeep) V().swap(v);
+  }
+};
+
 #define VM_RASTER_DISPATCH(TYPE, NAME, ...) AT_DISPATCH_FLOATING_TYPES(TYPE, NAME, __VA_ARGS__)
 
 template <typename T>
@@ -127,16 +146,26 @@ void reduce_fwd_slots(const std::vector<T>& cslots, const std::vector<int>& nslo
   }
 }
 
+// Camera c's rows of the per-(camera, Gaussian) gradients are its own, so cameras reduce in
+// parallel; the opacity gradient, shared by every camera, is summed after them in one thread's
+// order. Each sum keeps the order of the serial loop (the same bits).
 template <typename T>
-void reduce_bwd_slots(const std::vector<T>& slots, const int64_t* offs, const int32_t* ids, int64_t C, int64_t N,
-                      int64_t TT, T* gm2, T* gcn, T* gcol, T* gop, T* gdp) {
-  for (int64_t job = 0; job < C * TT; ++job) {
-    const int64_t c = job / TT;
-    for (int64_t k = offs[job + 1] - 1; k >= offs[job]; --k) {
-      const int64_t g = ids[k];
-      add_bwd(slots.data() + k * kBwdSlot, c * N + g, g, gm2, gcn, gcol, gop, gdp);
-    }
-  }
+void reduce_bwd_slots(const T* slots, const int64_t* offs, const int32_t* ids, int64_t C, int64_t N, int64_t TT,
+                      T* gm2, T* gcn, T* gcol, T* gop, T* gdp, int nthreads) {
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nthreads) if (C > 1)
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t job = c * TT; job < (c + 1) * TT; ++job)
+      for (int64_t k = offs[job + 1] - 1; k >= offs[job]; --k) {
+        const T* v = slots + k * kBwdSlot;
+        const int64_t cg = c * N + ids[k];
+        for (int i = 0; i < 3; ++i) gcol[cg * 3 + i] += v[i];
+        for (int i = 0; i < 3; ++i) gcn[cg * 3 + i] += v[3 + i];
+        gm2[cg * 2] += v[6];
+        gm2[cg * 2 + 1] += v[7];
+        gdp[cg] += v[8];
+      }
+  for (int64_t job = 0; job < C * TT; ++job)
+    for (int64_t k = offs[job + 1] - 1; k >= offs[job]; --k) gop[ids[k]] += slots[k * kBwdSlot + 9];
 }
 
 bool cpu_has_avx2_fma();
@@ -252,13 +281,22 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> project_bwd(
     T* gq = v_quats.data_ptr<T>();
     T* gs_ = v_log_scales.data_ptr<T>();
     at::parallel_for(0, N, kGrain, [&](int64_t begin, int64_t end) {
-      for (int64_t n = begin; n < end; ++n)
+      for (int64_t n = begin; n < end; ++n) {
+        // the world covariance once per Gaussian, not once per camera (the same arithmetic)
+        bool have_cov = false;
+        T sigma[3][3], qn[4], qnorm, s[3];
+        gs::Mat3<T> R;
         for (int64_t c = 0; c < C; ++c) {
           const int64_t cn_ = c * N + n;
           if (rp[cn_ * 2] <= 0 || rp[cn_ * 2 + 1] <= 0) continue;
-          gs::project_vjp(cams[c], mp + n * 3, qp + n * 4, sp + n * 3, vm2 + cn_ * 2, vcn + cn_ * 3, vdp[cn_],
-                          gm + n * 3, gq + n * 4, gs_ + n * 3);
+          if (!have_cov) {
+            gs::covariance3d(qp + n * 4, sp + n * 3, sigma, &R, qn, &qnorm, s);
+            have_cov = true;
+          }
+          gs::project_vjp_cov(cams[c], mp + n * 3, sigma, R, qn, qnorm, s, vm2 + cn_ * 2, vcn + cn_ * 3, vdp[cn_],
+                              gm + n * 3, gq + n * 4, gs_ + n * 3);
         }
+      }
     });
   });
   return {v_means, v_quats, v_log_scales};
@@ -802,7 +840,8 @@ void rasterize_fwd_impl(const at::Tensor& means2d, const at::Tensor& conics, con
   std::vector<T> t2s;
   const bool use_simd = simd_enabled() && std::is_same_v<T, float>;
 #ifdef VM_HAVE_X86_SIMD
-  std::vector<GRec> recs;
+  auto& recs = scratch<std::vector<GRec>, 0>();
+  const ScratchRelease<std::vector<GRec>> release_recs{recs};
   if constexpr (std::is_same_v<T, float>) {
     if (use_simd) prepare_records(m2, cn, col, op, dp, C, N, W, H, recs);
   }
@@ -941,7 +980,8 @@ void rasterize_bwd_impl(const at::Tensor& means2d, const at::Tensor& conics, con
   std::vector<T> t2s;
   const bool use_simd = simd_enabled() && std::is_same_v<T, float>;
 #ifdef VM_HAVE_X86_SIMD
-  std::vector<GRec> recs;
+  auto& recs = scratch<std::vector<GRec>, 0>();
+  const ScratchRelease<std::vector<GRec>> release_recs{recs};
   if constexpr (std::is_same_v<T, float>) {
     if (use_simd) prepare_records(m2, cn, col, op, dp, C, N, W, H, recs);
   }
@@ -950,8 +990,11 @@ void rasterize_bwd_impl(const at::Tensor& means2d, const at::Tensor& conics, con
   const T alpha_min = T(gs::kAlphaMin), alpha_max = T(gs::kAlphaMax);
   const int nthreads = std::max(1, at::get_num_threads());
   const bool parallel = nthreads > 1 && offs[C * TT] > kParallelMin;
-  std::vector<T> slots;
-  if (parallel) slots.assign(offs[C * TT] * kBwdSlot, T(0));
+  // Each tile job zeroes its own entries' slots first, in parallel (a serial fill of [E, 10] was a
+  // sixth of a 4-view 512-px backward); the vector is the thread's scratch (no page faults).
+  auto& slots = scratch<std::vector<T>, 1>();
+  const ScratchRelease<std::vector<T>> release_slots{slots};
+  if (parallel) slots.resize(size_t(offs[C * TT]) * kBwdSlot);
   T* sl = parallel ? slots.data() : nullptr;
   (void)use_simd;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nthreads) if (parallel)
@@ -959,6 +1002,7 @@ void rasterize_bwd_impl(const at::Tensor& means2d, const at::Tensor& conics, con
     const int64_t c = job / TT, tile = job % TT;
     const int ox = int(tile % tiles_x) * kT, oy = int(tile / tiles_x) * kT;
     const int tw = std::min<int>(kT, int(W) - ox), th = std::min<int>(kT, int(H) - oy);
+    if (sl != nullptr) std::fill(sl + offs[job] * kBwdSlot, sl + offs[job + 1] * kBwdSlot, T(0));
 #ifdef VM_HAVE_X86_SIMD
     if constexpr (std::is_same_v<T, float>) {
       if (use_simd) {
@@ -1047,7 +1091,7 @@ void rasterize_bwd_impl(const at::Tensor& means2d, const at::Tensor& conics, con
       flush_bwd(v, start + k, cg, g, sl, gm2, gcn, gcol, gop, gdp);
     }
   }
-  if (sl != nullptr) reduce_bwd_slots(slots, offs, ids, C, N, TT, gm2, gcn, gcol, gop, gdp);
+  if (sl != nullptr) reduce_bwd_slots(sl, offs, ids, C, N, TT, gm2, gcn, gcol, gop, gdp, nthreads);
 }
 
 }  // namespace

@@ -146,6 +146,27 @@ def test_thread_count_changes_no_bit(dtype):
             assert torch.equal(a, b)
 
 
+def test_reused_scratch_memory_changes_no_bit():
+    """The rasteriser keeps its tile records and gradient slots between calls on a thread: a
+    render of another scene (other sizes, other entries) in between leaves a render's images and
+    gradients bit for bit as they were."""
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)  # the parallel path (gradient slots)
+        runs = []
+        for n, seed in ((6000, 0), (2500, 3), (6000, 0)):
+            params = [p.requires_grad_(True) for p in make_scene(n, torch.float32, sh_degree=1, spread=0.8, seed=seed)]
+            viewmats, Ks = make_cameras(3, 128, 96, torch.float32)
+            out = rasterize(*params, viewmats, Ks, 128, 96, sh_degree=1)
+            weights = torch.rand(out.colors.shape, generator=torch.Generator().manual_seed(1))
+            runs.append((out.colors.detach(), torch.autograd.grad((out.colors * weights).sum(), params)))
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(runs[2][0], runs[0][0]) and not torch.equal(runs[1][0], runs[0][0])
+    for a, b in zip(runs[2][1], runs[0][1]):
+        assert torch.equal(a, b)
+
+
 # ----------------------------------------------------------------------------- backward
 
 
