@@ -289,6 +289,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> project_bwd(
         for (int64_t c = 0; c < C; ++c) {
           const int64_t cn_ = c * N + n;
           if (rp[cn_ * 2] <= 0 || rp[cn_ * 2 + 1] <= 0) continue;
+          // no gradient reached this projection (hidden, or behind saturated pixels): it adds zeros
+          const T* g2 = vm2 + cn_ * 2;
+          const T* gc = vcn + cn_ * 3;
+          if (g2[0] == 0 && g2[1] == 0 && gc[0] == 0 && gc[1] == 0 && gc[2] == 0 && vdp[cn_] == 0) continue;
           if (!have_cov) {
             gs::covariance3d(qp + n * 4, sp + n * 3, sigma, &R, qn, &qnorm, s);
             have_cov = true;
