@@ -572,10 +572,8 @@ def quantize_level(nodes, parents: Parents, fine: bool, quant: Quantizer, tables
     sym["pos"], means = encode_positions(nodes.means.numpy().astype(np.float64), parents, log_scales, quant)
     sym["dc"], dcq, dc = encode_dc(nodes.sh_dc.numpy(), parents.dcq, quant, pal)
     sym["op"], alpha, op_logit = encode_opacity(nodes.opacity_logits.numpy(), quant, pal)
-    rest = None
-    if sh:
-        sh_sym, rest = encode_sh(nodes.sh_rest, tables if fine else None, memo)
-        sym.update(sh_sym)
+    sh_sym, rest = encode_sh(nodes.sh_rest, tables if fine else None, memo) if sh else ({}, None)
+    sym.update(sh_sym)
     return sym, DecodedLevel(means, log_scales, quats, dcq, dc, alpha, rest, op_logit)
 
 
