@@ -62,12 +62,15 @@ py::dict build_info() {
   m.def("rasterize_bwd", &ns::rasterize_bwd, kReleaseGil);
 
 // CPU only: the .pgms entropy coder (one sequential chain per lane), the strict check of a
-// zstd frame's Huffman literal streams and the encoder's parent-frame relabelling.
+// zstd frame's Huffman literal streams, the rANS table writer and the parent-frame rotations.
 #define VM_BIND_CODEC(m, ns)                                             \
   m.def("rans_encode", &ns::rans_encode, kReleaseGil);                   \
   m.def("rans_decode", &ns::rans_decode, kReleaseGil);                   \
   m.def("zstd_literals_check", &ns::zstd_literals_check, kReleaseGil); \
-  m.def("relabel_to_parent", &ns::relabel_to_parent, kReleaseGil);
+  m.def("rans_table_varints", &ns::rans_table_varints, kReleaseGil); \
+  m.def("relabel_to_parent", &ns::relabel_to_parent, kReleaseGil);   \
+  m.def("compose_quats", &ns::compose_quats, kReleaseGil);           \
+  m.def("rotate_by_quats", &ns::rotate_by_quats, kReleaseGil);
 
 }  // namespace
 

@@ -22,5 +22,9 @@ std::tuple<at::Tensor, at::Tensor> rans_decode(const at::Tensor& states, /* [lan
                                                const at::Tensor& freqs,  /* [A] int64, sum 2^precision */
                                                int64_t precision, int64_t n);
 
+// The format's frequency table before its optional zstd: each run of zero frequencies as the
+// varints 0, run - 1, every other frequency as itself, unsigned LEB128 -> bytes [B] uint8.
+at::Tensor rans_table_varints(const at::Tensor& freqs /* [A] int64, >= 0 */);
+
 }  // namespace cpu
 }  // namespace visionmoe

@@ -144,5 +144,35 @@ std::tuple<at::Tensor, at::Tensor> rans_decode(const at::Tensor& states_in, cons
   return {symbols, status};
 }
 
+at::Tensor rans_table_varints(const at::Tensor& freqs_in) {
+  VM_CHECK_CPU(freqs_in);
+  VM_CHECK_DIM(freqs_in, 1);
+  VM_CHECK_LONG(freqs_in);
+  const at::Tensor freqs = freqs_in.contiguous();
+  const int64_t* f = freqs.data_ptr<int64_t>();
+  const int64_t alphabet = freqs.size(0);
+  std::vector<uint8_t> out;
+  out.reserve(static_cast<size_t>(2 * alphabet));
+  auto put = [&out](uint64_t v) {  // unsigned LEB128
+    for (; v >= 0x80; v >>= 7) out.push_back(static_cast<uint8_t>((v & 0x7F) | 0x80));
+    out.push_back(static_cast<uint8_t>(v));
+  };
+  for (int64_t s = 0; s < alphabet;) {
+    TORCH_CHECK(f[s] >= 0, "frequencies must be non-negative");
+    if (f[s] > 0) {
+      put(static_cast<uint64_t>(f[s++]));
+      continue;
+    }
+    int64_t end = s;
+    while (end < alphabet && f[end] == 0) ++end;
+    put(0);
+    put(static_cast<uint64_t>(end - s - 1));
+    s = end;
+  }
+  at::Tensor bytes = at::empty({static_cast<int64_t>(out.size())}, freqs.options().dtype(at::kByte));
+  std::copy(out.begin(), out.end(), bytes.data_ptr<uint8_t>());
+  return bytes;
+}
+
 }  // namespace cpu
 }  // namespace visionmoe

@@ -18,5 +18,15 @@ std::tuple<at::Tensor, at::Tensor> relabel_to_parent(const at::Tensor& parent_qu
                                                      const at::Tensor& quats /* [N, 4] f64 */,
                                                      const at::Tensor& perms /* [P, 3, 3] f64 */);
 
+// The decoder's rotation of a child, R_parent R_relative, as a unit wxyz quaternion [N, 4] (numpy's
+// compose: each input normalised, their Hamilton product normalised).
+at::Tensor compose_quats(const at::Tensor& parent_quats /* [N, 4] f64 */,
+                         const at::Tensor& relative_quats /* [N, 4] f64 */);
+
+// Each row's vector turned by its quaternion's rotation: R v, or R^T v with ``transpose`` (numpy's
+// from_parent_frame / to_parent_frame) [N, 3].
+at::Tensor rotate_by_quats(const at::Tensor& quats /* [N, 4] f64 */, const at::Tensor& vectors /* [N, 3] f64 */,
+                           bool transpose);
+
 }  // namespace cpu
 }  // namespace visionmoe

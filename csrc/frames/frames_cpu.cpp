@@ -61,7 +61,66 @@ void to_quat(const double* m, double* out) {
     for (int i = 0; i < 4; ++i) out[i] = -out[i];
 }
 
+// numpy's quat_mul: the Hamilton product a * b, each component summed left to right.
+void quat_mul(const double* a, const double* b, double* o) {
+  o[0] = ((a[0] * b[0] - a[1] * b[1]) - a[2] * b[2]) - a[3] * b[3];
+  o[1] = ((a[0] * b[1] + a[1] * b[0]) + a[2] * b[3]) - a[3] * b[2];
+  o[2] = ((a[0] * b[2] - a[1] * b[3]) + a[2] * b[0]) + a[3] * b[1];
+  o[3] = ((a[0] * b[3] + a[1] * b[2]) - a[2] * b[1]) + a[3] * b[0];
+}
+
+void check_rows(const at::Tensor& t, int64_t cols, const char* name) {
+  VM_CHECK_CPU(t);
+  TORCH_CHECK(t.scalar_type() == at::kDouble, name, ": float64 expected");
+  TORCH_CHECK(t.dim() == 2 && t.size(1) == cols, name, ": [N, ", cols, "] expected");
+}
+
 }  // namespace
+
+at::Tensor compose_quats(const at::Tensor& parent_quats, const at::Tensor& relative_quats) {
+  check_rows(parent_quats, 4, "compose_quats: parent_quats");
+  check_rows(relative_quats, 4, "compose_quats: relative_quats");
+  TORCH_CHECK(parent_quats.size(0) == relative_quats.size(0), "compose_quats: row counts differ");
+  const at::Tensor p = parent_quats.contiguous(), q = relative_quats.contiguous();
+  const int64_t n = p.size(0);
+  at::Tensor out = at::empty({n, 4}, p.options());
+  const double* pp = p.data_ptr<double>();
+  const double* qq = q.data_ptr<double>();
+  double* oo = out.data_ptr<double>();
+#pragma omp parallel for schedule(static) if (n > 4096)
+  for (int64_t r = 0; r < n; ++r) {
+    double up[4], uq[4], m[4];
+    unit(pp + 4 * r, up);
+    unit(qq + 4 * r, uq);
+    quat_mul(up, uq, m);
+    unit(m, oo + 4 * r);
+  }
+  return out;
+}
+
+at::Tensor rotate_by_quats(const at::Tensor& quats, const at::Tensor& vectors, bool transpose) {
+  check_rows(quats, 4, "rotate_by_quats: quats");
+  check_rows(vectors, 3, "rotate_by_quats: vectors");
+  TORCH_CHECK(quats.size(0) == vectors.size(0), "rotate_by_quats: row counts differ");
+  const at::Tensor q = quats.contiguous(), v = vectors.contiguous();
+  const int64_t n = q.size(0);
+  at::Tensor out = at::empty({n, 3}, q.options());
+  const double* qq = q.data_ptr<double>();
+  const double* vv = v.data_ptr<double>();
+  double* oo = out.data_ptr<double>();
+  // numpy's to_parent_frame / from_parent_frame: out += R[:, k, :] * v[:, k] (or R[:, :, k]) for
+  // k = 0, 1, 2, in that order
+  const int64_t row = transpose ? 3 : 1, col = transpose ? 1 : 3;
+#pragma omp parallel for schedule(static) if (n > 4096)
+  for (int64_t r = 0; r < n; ++r) {
+    double R[9];
+    rotmat(qq + 4 * r, R);
+    const double* x = vv + 3 * r;
+    for (int i = 0; i < 3; ++i)
+      oo[3 * r + i] = (R[i * col] * x[0] + R[i * col + row] * x[1]) + R[i * col + 2 * row] * x[2];
+  }
+  return out;
+}
 
 std::tuple<at::Tensor, at::Tensor> relabel_to_parent(const at::Tensor& parent_quats, const at::Tensor& quats,
                                                      const at::Tensor& perms) {

@@ -18,7 +18,8 @@ import torch
 
 from ._backend import _load, has_cpu_op, use_cpu_op
 
-__all__ = ["unit", "rotmat", "rotmat_to_quat", "relabel_to_parent", "relabel_to_parent_ref", "signed_permutations"]
+__all__ = ["unit", "rotmat", "rotmat_to_quat", "quat_mul", "compose", "rotate", "relabel_to_parent",
+           "relabel_to_parent_ref", "signed_permutations"]
 
 
 def signed_permutations(allow_permute: bool) -> np.ndarray:
@@ -73,6 +74,66 @@ def rotmat_to_quat(R: np.ndarray) -> np.ndarray:
         ][case], -1)
     q = unit(q)
     return np.where(q[:, :1] < 0, -q, q)
+
+
+def quat_mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Hamilton product a * b of wxyz quaternions [N, 4] (rotation b, then a)."""
+    aw, ax, ay, az = np.asarray(a, np.float64).T
+    bw, bx, by, bz = np.asarray(b, np.float64).T
+    return np.stack([
+        aw * bw - ax * bx - ay * by - az * bz,
+        aw * bx + ax * bw + ay * bz - az * by,
+        aw * by - ax * bz + ay * bw + az * bx,
+        aw * bz + ax * by - ay * bx + az * bw,
+    ], 1)
+
+
+def compose_ref(parent_quats: np.ndarray, relative_quats: np.ndarray) -> np.ndarray:
+    """:func:`compose` in numpy."""
+    return unit(quat_mul(unit(parent_quats), unit(relative_quats)))
+
+
+def rotate_ref(quats: np.ndarray, v: np.ndarray, transpose: bool = False) -> np.ndarray:
+    """:func:`rotate` in numpy."""
+    R = rotmat(quats)
+    if transpose:
+        R = R.transpose(0, 2, 1)
+    v = np.asarray(v, np.float64)
+    out = R[:, :, 0] * v[:, 0, None]  # the sum over k in its order, without a temporary
+    out += R[:, :, 1] * v[:, 1, None]
+    out += R[:, :, 2] * v[:, 2, None]
+    return out
+
+
+def _rows(a: np.ndarray, cols: int, name: str) -> torch.Tensor:
+    t = torch.from_numpy(np.ascontiguousarray(a, np.float64))
+    if t.ndim != 2 or t.shape[1] != cols:
+        raise ValueError(f"{name} must be [N, {cols}], got {tuple(t.shape)}")
+    return t
+
+
+def compose(parent_quats: np.ndarray, relative_quats: np.ndarray, compiled: bool | None = None) -> np.ndarray:
+    """A child's rotation R_parent R_relative as a unit wxyz quaternion [N, 4] (float64), each
+    input normalised first (the identity where its norm is 1e-12 or less). ``compiled``: the C++
+    loop (None: when the extension has it); both give the same bits."""
+    if not use_cpu_op("compose_quats", compiled):
+        return compose_ref(parent_quats, relative_quats)
+    p, q = _rows(parent_quats, 4, "parent_quats"), _rows(relative_quats, 4, "relative_quats")
+    if len(p) != len(q):
+        raise ValueError(f"parent_quats and relative_quats hold {len(p)} and {len(q)} rows")
+    return _load()[0].cpu.compose_quats(p, q).numpy()
+
+
+def rotate(quats: np.ndarray, v: np.ndarray, transpose: bool = False, compiled: bool | None = None) -> np.ndarray:
+    """Each row's vector [N, 3] turned by its quaternion's rotation: R v, or R^T v with
+    ``transpose`` (world vectors into the quaternion's axes), float64. ``compiled``: as
+    :func:`compose`."""
+    if not use_cpu_op("rotate_by_quats", compiled):
+        return rotate_ref(quats, v, transpose)
+    q, x = _rows(quats, 4, "quats"), _rows(v, 3, "vectors")
+    if len(q) != len(x):
+        raise ValueError(f"quats and vectors hold {len(q)} and {len(x)} rows")
+    return _load()[0].cpu.rotate_by_quats(q, x, bool(transpose)).numpy()
 
 
 def _matmul(A: np.ndarray, B: np.ndarray) -> np.ndarray:  # [N, 3, 3] @ [N, 3, 3], elementwise

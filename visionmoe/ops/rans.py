@@ -47,3 +47,17 @@ def rans_decode(states: np.ndarray, words: np.ndarray, freqs: np.ndarray, precis
     symbols, status = extension().cpu.rans_decode(x, w, f, int(precision), int(n))
     code, detail = (int(v) for v in status)
     return symbols.numpy().astype(np.uint64), code, detail
+
+
+def has_table_writer() -> bool:
+    """Whether the extension has the compiled frequency-table writer (one built before it lacks it)."""
+    module, _ = _load()
+    return module is not None and hasattr(module.cpu, "rans_table_varints")
+
+
+def table_varints(freqs: np.ndarray) -> bytes:
+    """The format's frequency table before its optional zstd (zero runs as ``0, run - 1``, other
+    frequencies as themselves, unsigned LEB128): the bytes of the numpy writer, without its
+    dozen array passes (the encoder's precision choice writes one per candidate precision)."""
+    f = torch.from_numpy(np.ascontiguousarray(freqs, dtype=np.int64).reshape(-1))
+    return extension().cpu.rans_table_varints(f).numpy().tobytes()

@@ -330,4 +330,12 @@ def test_vectorised_frequency_table_matches_the_loop_byte_for_byte():
         f[rng.random(n) < rng.random()] = 0  # zero runs of every length
         cases.append(f)
     for f in cases:
-        assert rans._varint_table(f) == _varint_table_loop(f)
+        assert rans._varint_table_ref(f) == _varint_table_loop(f)
+        if compiled_ops.has_table_writer():
+            assert compiled_ops.table_varints(f) == _varint_table_loop(f)
+
+
+@pytest.mark.skipif(not compiled_ops.has_table_writer(), reason="needs the compiled extension (make build)")
+def test_compiled_table_writer_refuses_negative_frequencies():
+    with pytest.raises(RuntimeError, match="non-negative"):
+        compiled_ops.table_varints(np.array([3, -1, 2]))

@@ -7,52 +7,32 @@ relabelled to match the parent's, and its log-scales are close to the parent's a
 axes. Measured on the shared scenes' leaves: rotation entropy falls by 2.3-4.0 bits per leaf
 (of 12-15), log-scales by 1.2-1.6 bits, position offsets by 0.2-0.5 bits.
 
-Everything here is elementwise numpy in float64 (no BLAS), so the encoder's closed loop and
-the decoder compute bit-identical frames whatever the thread count; the relabelling (encoder
-only) is :func:`visionmoe.ops.frames.relabel_to_parent`, compiled, with the same bits.
+Everything here is elementwise float64 (no BLAS), so the encoder's closed loop and the decoder
+compute bit-identical frames whatever the thread count: the loops of :mod:`visionmoe.ops.frames`,
+compiled where the extension is built and numpy otherwise, with the same bits.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ...ops.frames import relabel_to_parent, rotmat, rotmat_to_quat, unit
+from ...ops.frames import compose as _compose
+from ...ops.frames import quat_mul, relabel_to_parent, rotate, rotmat, rotmat_to_quat, unit
 
 __all__ = ["rotmat", "quat_mul", "rotmat_to_quat", "relabel_to_parent", "compose", "to_parent_frame",
            "from_parent_frame", "unit"]
 
-def quat_mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Hamilton product a * b of wxyz quaternions [N, 4] (rotation b, then a)."""
-    aw, ax, ay, az = np.asarray(a, np.float64).T
-    bw, bx, by, bz = np.asarray(b, np.float64).T
-    return np.stack([
-        aw * bw - ax * bx - ay * by - az * bz,
-        aw * bx + ax * bw + ay * bz - az * by,
-        aw * by - ax * bz + ay * bw + az * bx,
-        aw * bz + ax * by - ay * bx + az * bw,
-    ], 1)
-
 
 def compose(parent_quats: np.ndarray, relative_quats: np.ndarray) -> np.ndarray:
     """Decoded child rotation R_p R_rel as a unit wxyz quaternion [N, 4]."""
-    return unit(quat_mul(unit(parent_quats), unit(relative_quats)))
+    return _compose(parent_quats, relative_quats)
 
 
 def to_parent_frame(parent_quats: np.ndarray, v: np.ndarray) -> np.ndarray:
     """World vectors [N, 3] in the parent's axes: R_p^T v."""
-    R = rotmat(parent_quats)
-    v = np.asarray(v, np.float64)
-    out = R[:, 0, :] * v[:, 0, None]  # sum over the row axis, in its order, without a temporary
-    out += R[:, 1, :] * v[:, 1, None]
-    out += R[:, 2, :] * v[:, 2, None]
-    return out
+    return rotate(parent_quats, v, transpose=True)
 
 
 def from_parent_frame(parent_quats: np.ndarray, v: np.ndarray) -> np.ndarray:
     """Parent-axes vectors [N, 3] back to world: R_p v."""
-    R = rotmat(parent_quats)
-    v = np.asarray(v, np.float64)
-    out = R[:, :, 0] * v[:, 0, None]
-    out += R[:, :, 1] * v[:, 1, None]
-    out += R[:, :, 2] * v[:, 2, None]
-    return out
+    return rotate(parent_quats, v)

@@ -22,7 +22,6 @@ Every check a decoder makes raises :class:`FormatError`, the one error type that
 
 from __future__ import annotations
 
-import hashlib
 import struct
 import zlib
 from dataclasses import dataclass
@@ -35,7 +34,7 @@ from .coders import (_SLOW_CODER_LIMIT, ALL_CODERS, CODER_LZMA, CODER_NAMES, COD
                      zstd_compress, zstd_decompress, lzma_decompress, rans_decode)
 # (Quantizer, ShGrid, Palettes, identity_frames, decorrelate_dc... are re-exported:
 # ``bitstream`` stays the one import for the format's types.)
-from .stream_memo import memoized_stream
+from .stream_memo import memoized_stream, values_key
 from .header import (FLAG_COPIES, HEAD, MAX_CHILDREN, MAX_COPIES, MAX_NODES, VERSION, VERSION_COPIES,  # noqa: F401
                      Header, parse_header)
 from .file_transform import XFRM, FileTransform  # noqa: F401 (re-exported: section XFRM)
@@ -189,11 +188,11 @@ class StreamWriter:
         if self.cache is None:
             b = encode_ints(values, coders=self.coders)
         else:  # a stream is a function of its values and the coders tried: code equal ones once
-            v = np.ascontiguousarray(values)
-            key = (self.coders, v.dtype.str, v.size, hashlib.blake2b(v.tobytes(), digest_size=16).digest())
-            b = self.cache.get(key)
+            v = np.ascontiguousarray(values).reshape(-1)
+            key = values_key(v)
+            b = self.cache.get((self.coders, key))
             if b is None:
-                b = self.cache[key] = encode_ints(v, coders=self.coders)
+                b = self.cache[(self.coders, key)] = encode_ints(v, coders=self.coders, key=key)
         self.parts.append(b)
         self.stats.append((name, len(b), CODER_NAMES[b[1]]))
 

@@ -47,15 +47,22 @@ class _Memo:
                 self.size -= len(self.items.popitem(last=False)[1])
 
 
+def values_key(values: np.ndarray) -> tuple:
+    """The values' identity for a memo: a digest of their bytes, their dtype and shape."""
+    v = np.ascontiguousarray(values)
+    return hashlib.blake2b(v.view(np.uint8).reshape(-1), digest_size=20).digest(), v.dtype.str, v.shape
+
+
 def memoized_stream(fn):
-    """Memoise ``fn(values, **kw) -> bytes`` on the values' bytes, dtype and shape and ``kw``."""
+    """Memoise ``fn(values, **kw) -> bytes`` on the values' bytes, dtype and shape and ``kw``.
+    ``key``: the caller's :func:`values_key` of ``values``, when it has one (hashing is a large
+    part of a memo hit's time)."""
     memo = _Memo(MEMO_BYTES)
 
     @functools.wraps(fn)
-    def wrapper(values, **kw):
+    def wrapper(values, *, key: tuple | None = None, **kw):
         v = np.ascontiguousarray(values)
-        key = (hashlib.blake2b(v.view(np.uint8).reshape(-1), digest_size=20).digest(), v.dtype.str, v.shape,
-               tuple(sorted(kw.items())))
+        key = (values_key(v) if key is None else key) + (tuple(sorted(kw.items())),)
         out = memo.get(key)
         if out is None:
             out = fn(v, **kw)
