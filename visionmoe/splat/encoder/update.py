@@ -25,6 +25,7 @@ import torch
 from ...ops.routing import segment_moments
 from .._math import covariance, decompose_covariance
 from ..io import GaussianScene
+from .adam import make_adam
 
 logger = logging.getLogger(__name__)
 
@@ -102,9 +103,7 @@ def _optimizer(scene: GaussianScene, dense: GaussianScene, lr_scale: float):
     extent = scene_extent(dense)
     # fused: one kernel per parameter instead of six passes (guitar at 20x: a tenth of the
     # refinement's time went to Adam); the same update up to float rounding
-    fused = all(p.dtype == torch.float32 and p.device.type in ("cpu", "cuda") for p in params.values())
-    opt = torch.optim.Adam([{"params": [params[k]], "lr": r * lr_scale * (extent if k == "means" else 1.0)}
-                            for k, r in _RATES.items()], fused=fused or None)
+    opt = make_adam([(params[k], r * lr_scale * (extent if k == "means" else 1.0)) for k, r in _RATES.items()])
     return params, opt
 
 

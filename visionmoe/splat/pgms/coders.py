@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import lzma
 import struct
+import threading
 
 import numpy as np
 
@@ -55,11 +56,24 @@ def unplanes(raw: bytes, n: int, width: int) -> np.ndarray:
     return np.ascontiguousarray(b.T).view(f"<u{width}").reshape(n).astype(np.uint64)
 
 
-def zstd_compress(b: bytes) -> bytes:
+_compressors = threading.local()
+
+
+def zstd_compressor(level: int):
+    """This thread's zstd compressor at ``level`` (no checksum, no content size): one per thread
+    and level, kept, since a level-19 context costs more to set up than a small table to code
+    (a compressor's output does not depend on what it coded before)."""
     import zstandard
 
+    kept = _compressors.__dict__.setdefault("by_level", {})
+    if level not in kept:
+        kept[level] = zstandard.ZstdCompressor(level=level, write_checksum=False, write_content_size=False)
+    return kept[level]
+
+
+def zstd_compress(b: bytes) -> bytes:
     level = _ZSTD_LEVEL if len(b) <= _SLOW_CODER_LIMIT else 9  # level 19 costs seconds per MB
-    return zstandard.ZstdCompressor(level=level, write_checksum=False, write_content_size=False).compress(b)
+    return zstd_compressor(level).compress(b)
 
 
 # A zstd block expands to at most 128 KiB and costs at least 4 bytes (an RLE block), so a frame

@@ -40,6 +40,7 @@ import struct
 import numpy as np
 
 from ...ops import rans as compiled_ops
+from .coders import zstd_compressor
 
 __all__ = ["RansError", "encode", "decode", "quantize_frequencies", "choose_lanes", "MAX_PRECISION",
            "MAX_ALPHABET", "MAX_LANES"]
@@ -68,16 +69,20 @@ def quantize_frequencies(counts: np.ndarray, precision: int) -> np.ndarray:
     """Integer frequencies summing to ``2^precision``, >= 1 wherever ``counts > 0``, 0 elsewhere,
     close to proportional (greedy on the coding cost ``sum c_i log2(2^M / f_i)``). Deterministic."""
     c = np.asarray(counts, np.int64)
-    total_f = 1 << precision
-    nz = c > 0
-    k = int(nz.sum())
-    if k == 0:
+    idx = np.flatnonzero(c > 0)
+    if len(idx) == 0:
         raise ValueError("no symbol has a nonzero count")
-    if k > total_f:
-        raise ValueError(f"{k} distinct symbols do not fit precision {precision}")
     f = np.zeros(len(c), np.int64)
-    idx = np.flatnonzero(nz)
-    cn = c[idx].astype(np.float64)
+    f[idx] = _quantize_nonzero(c[idx].astype(np.float64), precision)
+    return f
+
+
+def _quantize_nonzero(cn: np.ndarray, precision: int) -> np.ndarray:
+    """:func:`quantize_frequencies` of the nonzero counts ``cn`` (float64) alone (the precision
+    search quantises one stream's counts at a dozen precisions)."""
+    total_f = 1 << precision
+    if len(cn) > total_f:
+        raise ValueError(f"{len(cn)} distinct symbols do not fit precision {precision}")
     target = cn * (total_f / cn.sum())
     fq = np.maximum(np.floor(target).astype(np.int64), 1)
     diff = total_f - int(fq.sum())
@@ -96,8 +101,7 @@ def quantize_frequencies(counts: np.ndarray, precision: int) -> np.ndarray:
         diff = total_f - int(fq.sum())
         if diff > 0:  # cannot happen (each step removes at most what is over), kept as a guard
             raise AssertionError("frequency quantisation overshot")
-    f[idx] = fq
-    return f
+    return fq
 
 
 def _varint_table(freqs: np.ndarray) -> bytes:
@@ -199,9 +203,7 @@ def choose_lanes(estimated_bytes: float, n: int) -> int:
 def _table_bytes(freqs: np.ndarray) -> tuple[int, bytes]:
     raw = _varint_table(freqs)
     if len(raw) > 64:
-        import zstandard
-
-        z = zstandard.ZstdCompressor(level=19, write_checksum=False, write_content_size=False).compress(raw)
+        z = zstd_compressor(19).compress(raw)
         if len(z) < len(raw):
             return TABLE_ZSTD, z
     return TABLE_VARINT, raw
@@ -229,12 +231,16 @@ def encode(u: np.ndarray, alphabet: int, *, precision: int | None = None, lanes:
     if precision is None:
         cands = range(max(nz_bits, 4), MAX_PRECISION + 1)
         best = None
+        idx = np.flatnonzero(counts)
+        cn = counts[idx].astype(np.float64)
+        fr = np.zeros(alphabet, np.int64)
         for m in cands:
-            fr = quantize_frequencies(counts, m)
+            fq = _quantize_nonzero(cn, m)
+            fr[idx] = fq
             tc, tb = _table_bytes(fr)
-            est = len(tb) + _cost_bits(counts, fr, m) / 8
+            est = len(tb) + float((cn * (m - np.log2(fq))).sum()) / 8  # _cost_bits on the nonzero counts
             if best is None or est < best[0]:
-                best = (est, m, fr, tc, tb)
+                best = (est, m, fr.copy(), tc, tb)
         _, precision, freqs, tcoder, table = best
     else:
         if not nz_bits <= precision <= MAX_PRECISION:
