@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import lzma
 import struct
-import threading
 
 import numpy as np
 
 from ..io import SceneError
+from ._zstd import zstd_compressor
 
 CODER_RAW, CODER_ZSTD, CODER_LZMA, CODER_RANS, CODER_RANS4 = 0, 1, 2, 3, 4
 CODER_NAMES = {CODER_RAW: "raw", CODER_ZSTD: "zstd", CODER_LZMA: "lzma", CODER_RANS: "rans", CODER_RANS4: "rans4"}
@@ -54,21 +54,6 @@ def planes(u: np.ndarray, width: int) -> bytes:
 def unplanes(raw: bytes, n: int, width: int) -> np.ndarray:
     b = np.frombuffer(raw, dtype=np.uint8).reshape(width, n)
     return np.ascontiguousarray(b.T).view(f"<u{width}").reshape(n).astype(np.uint64)
-
-
-_compressors = threading.local()
-
-
-def zstd_compressor(level: int):
-    """This thread's zstd compressor at ``level`` (no checksum, no content size): one per thread
-    and level, kept, since a level-19 context costs more to set up than a small table to code
-    (a compressor's output does not depend on what it coded before)."""
-    import zstandard
-
-    kept = _compressors.__dict__.setdefault("by_level", {})
-    if level not in kept:
-        kept[level] = zstandard.ZstdCompressor(level=level, write_checksum=False, write_content_size=False)
-    return kept[level]
 
 
 def zstd_compress(b: bytes) -> bytes:

@@ -40,7 +40,7 @@ import struct
 import numpy as np
 
 from ...ops import rans as compiled_ops
-from .coders import zstd_compressor
+from ._zstd import zstd_compressor
 
 __all__ = ["RansError", "encode", "decode", "quantize_frequencies", "choose_lanes", "MAX_PRECISION",
            "MAX_ALPHABET", "MAX_LANES"]
