@@ -476,15 +476,18 @@ def test_refine_rates_are_constant_or_follow_a_cosine_to_lr_final(asset, monkeyp
     scene = asset[0]
     cams = default_cameras(scene, num_views=2, size=16)
     prim = scene.subset(torch.arange(32))
+    from visionmoe.splat.encoder.adam import FusedAdam
+
     seen = []
-    real_step = torch.optim.Adam.step
+    real_step = FusedAdam.step
 
     def spy(self, *a, **kw):
         seen.append([g["lr"] for g in self.param_groups])
         return real_step(self, *a, **kw)
 
-    monkeypatch.setattr(torch.optim.Adam, "step", spy)
+    monkeypatch.setattr(FusedAdam, "step", spy)
     refine(prim, scene, cams, steps=3)
+    assert len(seen) == 3
     assert seen[0] == seen[1] == seen[2]
     base = seen[0]
     seen.clear()
