@@ -29,8 +29,7 @@ class FusedAdam:
 
     @staticmethod
     def supports(params: list[torch.Tensor]) -> bool:
-        return hasattr(torch, "_fused_adam_") and all(
-            p.dtype == torch.float32 and p.device.type in ("cpu", "cuda") for p in params)
+        return hasattr(torch, "_fused_adam_") and _fusable(params)
 
     def zero_grad(self) -> None:
         for g in self.param_groups:
@@ -53,5 +52,9 @@ def make_adam(groups: list[tuple[torch.Tensor, float]]):
     params = [p for p, _ in groups]
     if FusedAdam.supports(params):
         return FusedAdam(groups)
-    fused = all(p.dtype == torch.float32 and p.device.type in ("cpu", "cuda") for p in params)
-    return torch.optim.Adam([{"params": [p], "lr": lr} for p, lr in groups], fused=fused or None)
+    return torch.optim.Adam([{"params": [p], "lr": lr} for p, lr in groups], fused=_fusable(params) or None)
+
+
+def _fusable(params: list[torch.Tensor]) -> bool:
+    """Whether torch's fused Adam takes these parameters (float32, on CPU or CUDA)."""
+    return all(p.dtype == torch.float32 and p.device.type in ("cpu", "cuda") for p in params)

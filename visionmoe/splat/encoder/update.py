@@ -102,7 +102,7 @@ def _optimizer(scene: GaussianScene, dense: GaussianScene, lr_scale: float):
     params = {k: getattr(scene, k).detach().clone().requires_grad_(True) for k in _RATES}
     extent = scene_extent(dense)
     # fused: one kernel per parameter instead of six passes (guitar at 20x: a tenth of the
-    # refinement's time went to Adam); the same update up to float rounding
+    # refinement's time went to Adam), called without torch.optim (encoder.adam)
     opt = make_adam([(params[k], r * lr_scale * (extent if k == "means" else 1.0)) for k, r in _RATES.items()])
     return params, opt
 

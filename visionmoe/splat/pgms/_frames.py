@@ -16,16 +16,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...ops.frames import compose as _compose
-from ...ops.frames import quat_mul, relabel_to_parent, rotate, rotmat, rotmat_to_quat, unit
+from ...ops.frames import compose, quat_mul, relabel_to_parent, rotate, rotmat, rotmat_to_quat, unit
 
 __all__ = ["rotmat", "quat_mul", "rotmat_to_quat", "relabel_to_parent", "compose", "to_parent_frame",
            "from_parent_frame", "unit"]
-
-
-def compose(parent_quats: np.ndarray, relative_quats: np.ndarray) -> np.ndarray:
-    """Decoded child rotation R_p R_rel as a unit wxyz quaternion [N, 4]."""
-    return _compose(parent_quats, relative_quats)
 
 
 def to_parent_frame(parent_quats: np.ndarray, v: np.ndarray) -> np.ndarray:
